@@ -1,0 +1,78 @@
+"""The sizing maths, compiled when possible.
+
+``BACKEND`` is ``"cython"`` when the compiled ``_sizing`` extension imported, else ``"python"``
+(the typed reference in ``_reference``). ``CI_SIZER_PURE_PYTHON=1`` forces the reference.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ._reference import (
+    DEFAULT_CPU_MILLICORES,
+    DEFAULT_MEMORY_BYTES,
+    GIB,
+    MAX_BYTES,
+    MIB,
+    PHASE_CONFIDENT,
+    PHASE_LEARNING,
+    PHASE_UNKNOWN,
+)
+
+BACKEND: str
+
+if TYPE_CHECKING:
+    from ._reference import (
+        ceil_tolerant,
+        cpu_limit_for,
+        memory_buffer_percent,
+        memory_limit_for,
+        six_stats,
+        size_container,
+    )
+
+    BACKEND = "python"
+else:
+    try:
+        if os.environ.get("CI_SIZER_PURE_PYTHON", "") not in ("", "0"):
+            raise ImportError("CI_SIZER_PURE_PYTHON is set")
+        from ._sizing import (
+            ceil_tolerant,
+            cpu_limit_for,
+            memory_buffer_percent,
+            memory_limit_for,
+            six_stats,
+            size_container,
+        )
+
+        BACKEND = "cython"
+    except ImportError:
+        from ._reference import (
+            ceil_tolerant,
+            cpu_limit_for,
+            memory_buffer_percent,
+            memory_limit_for,
+            six_stats,
+            size_container,
+        )
+
+        BACKEND = "python"
+
+__all__ = [
+    "BACKEND",
+    "DEFAULT_CPU_MILLICORES",
+    "DEFAULT_MEMORY_BYTES",
+    "GIB",
+    "MAX_BYTES",
+    "MIB",
+    "PHASE_CONFIDENT",
+    "PHASE_LEARNING",
+    "PHASE_UNKNOWN",
+    "ceil_tolerant",
+    "cpu_limit_for",
+    "memory_buffer_percent",
+    "memory_limit_for",
+    "six_stats",
+    "size_container",
+]

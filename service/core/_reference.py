@@ -1,0 +1,162 @@
+"""Pure-Python reference of the sizing maths: the source of truth.
+
+``_sizing.pyx`` implements the same functions in compiled code; the tests require both to give
+identical answers (floats within 1e-9 relative). Rule ids refer to ``shared/spec/sizing.md``.
+
+All memory arithmetic is done in integers (bytes, or hundredths of a byte where a percentage
+buffer applies), so no binary float rounding can push a value over a MiB boundary (rule S12).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+MIB = 1 << 20
+GIB = 1 << 30
+#: Saturation point of the OOM backoff (rule S14): far above any real node, far below int64 overflow.
+MAX_BYTES = 1 << 62
+
+PHASE_UNKNOWN = 0
+PHASE_LEARNING = 1
+PHASE_CONFIDENT = 2
+
+#: The quantiles of the six stats, in the order ``six_stats`` returns them after ``peak``.
+QUANTILES = (0.99, 0.95, 0.75, 0.5)
+
+DEFAULT_CPU_MILLICORES = 500  # rule S7
+DEFAULT_MEMORY_BYTES = 4 * GIB  # rule S7
+CPU_REQUEST_FLOOR = 10  # rule S10, millicores
+MEMORY_REQUEST_FLOOR = 32 * MIB  # rule S10
+CPU_LIMIT_STEP = 500  # rule S12, millicores
+MEMORY_LIMIT_FLOOR_MIB = 128  # rule S12
+LEARNING_FACTOR = 3  # rule S8
+
+
+def _interpolate(lo: float, hi: float, frac: float) -> float:
+    return lo + frac * (hi - lo)
+
+
+def six_stats(
+    samples: Sequence[float],
+) -> tuple[float, float, float, float, float, float]:
+    """Return ``(peak, p99, p95, p75, p50, avg)`` of the samples (rule I2).
+
+    Percentiles interpolate linearly between closest ranks; ``avg`` sums in input order.
+    """
+    n = len(samples)
+    if n == 0:
+        raise ValueError("six_stats needs at least one sample")
+    total = 0.0
+    for v in samples:
+        total += float(v)
+    xs = sorted(float(v) for v in samples)
+    out = [xs[-1]]
+    for q in QUANTILES:
+        h = (n - 1) * q
+        f = math.floor(h)
+        if f + 1 < n:
+            out.append(_interpolate(xs[f], xs[f + 1], h - f))
+        else:
+            out.append(xs[f])
+    out.append(total / n)
+    return out[0], out[1], out[2], out[3], out[4], out[5]
+
+
+def memory_buffer_percent(observed_bytes: int) -> int:
+    """The memory staircase buffer of rule S9, in percent."""
+    if observed_bytes < GIB:
+        return 20
+    if observed_bytes <= 4 * GIB:
+        return 10
+    return 5
+
+
+def ceil_tolerant(x: float) -> int:
+    """Round up to an integer, but treat a value within 1e-9 relative of an integer as that integer.
+
+    ``800 * 1.2`` is 960.0000000000001 in binary floating point; the exact value is 960 (rule S12).
+    """
+    r = math.floor(x + 0.5)
+    if abs(x - r) <= 1e-9 * max(1.0, abs(x)):
+        return r
+    return math.ceil(x)
+
+
+def cpu_limit_for(request_millicores: int) -> int:
+    """Rule S12: round up to a multiple of 500m, at least 500m."""
+    steps = -(-request_millicores // CPU_LIMIT_STEP)
+    return max(CPU_LIMIT_STEP, steps * CPU_LIMIT_STEP)
+
+
+def memory_limit_for(request_bytes: int) -> int:
+    """Rule S12: the next power of two in MiB at or above the request, at least 128Mi."""
+    mib = -(-request_bytes // MIB)
+    pow2 = MEMORY_LIMIT_FLOOR_MIB
+    while pow2 < mib:
+        pow2 *= 2
+    return pow2 * MIB
+
+
+def size_container(
+    phase: int,
+    cpu_observed: float,
+    memory_observed: int,
+    pod_peak: int,
+    buffer_pct: int,
+    consecutive: int,
+    streak_limit: int,
+    ceiling: int,
+    guaranteed: bool,
+) -> tuple[int, int, int, int, bool]:
+    """The per-container arithmetic of rules S7-S16, before overrides.
+
+    ``cpu_observed`` is the highest peak (learning) or the highest chosen stat (confident), in
+    millicores; ``memory_observed`` the highest memory peak in bytes; ``pod_peak`` the highest pod
+    memory in bytes or -1 (rule S11); ``consecutive`` the OOM streak (S13) and ``streak_limit`` the
+    limit reported by the streak's oldest run or -1 (S14); ``ceiling`` the node ceiling or -1 (S15).
+
+    Returns ``(cpu_request_m, cpu_limit_m, memory_request_bytes, memory_limit_bytes, capped)``.
+    """
+    if phase == PHASE_UNKNOWN:
+        cpu_request = DEFAULT_CPU_MILLICORES
+        cpu_limit = DEFAULT_CPU_MILLICORES
+        memory_request = DEFAULT_MEMORY_BYTES
+        memory_limit = DEFAULT_MEMORY_BYTES
+    else:
+        if phase == PHASE_LEARNING:
+            cpu_exact = cpu_observed * LEARNING_FACTOR
+            mem_hundredths = memory_observed * LEARNING_FACTOR * 100
+        else:
+            cpu_exact = cpu_observed * (100 + buffer_pct) / 100.0
+            mem_hundredths = memory_observed * (
+                100 + memory_buffer_percent(memory_observed)
+            )
+        cpu_request = max(CPU_REQUEST_FLOOR, ceil_tolerant(cpu_exact))  # S10, S12
+        mem_hundredths = max(mem_hundredths, MEMORY_REQUEST_FLOOR * 100)  # S10
+        if phase == PHASE_CONFIDENT and pod_peak >= 0:  # S11
+            mem_hundredths = min(
+                mem_hundredths, pod_peak * (100 + memory_buffer_percent(pod_peak))
+            )
+        memory_request = (
+            -(-mem_hundredths // (100 * MIB)) * MIB
+        )  # S12: up to a whole MiB
+        cpu_limit = cpu_limit_for(cpu_request)
+        memory_limit = memory_limit_for(memory_request)
+    if consecutive > 0:  # S14
+        base = max(memory_limit, streak_limit)
+        for _ in range(consecutive):
+            if base > MAX_BYTES // 2:
+                base = MAX_BYTES
+                break
+            base *= 2
+        memory_limit = base
+    capped = False
+    if 0 <= ceiling < memory_limit:  # S15
+        memory_limit = ceiling
+        capped = True
+    if guaranteed:  # S16
+        memory_request = memory_limit
+    else:
+        memory_request = min(memory_request, memory_limit)
+    return cpu_request, cpu_limit, memory_request, memory_limit, capped

@@ -1,0 +1,230 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled sizing maths: the same functions as ``_reference.py``, over C arrays.
+
+``six_stats`` copies the samples into a C buffer once (summing and taking the max on the way),
+then finds the percentile ranks by selection (quickselect, narrowing the range from the highest
+quantile down, with a sort fallback past a depth bound) instead of sorting everything.
+"""
+
+from array import array
+
+from libc.math cimport ceil, fabs, floor
+from libc.stdlib cimport free, malloc, qsort
+
+cdef long long MIB = 1 << 20
+cdef long long GIB = 1 << 30
+cdef long long MAX_BYTES = (<long long>1) << 62
+
+PHASE_UNKNOWN = 0
+PHASE_LEARNING = 1
+PHASE_CONFIDENT = 2
+
+cdef double[4] _QUANTILES = [0.99, 0.95, 0.75, 0.5]
+
+
+cdef int _cmp_double(const void* a, const void* b) noexcept nogil:
+    cdef double x = (<const double*>a)[0]
+    cdef double y = (<const double*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef inline void _swap(double* x, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
+    cdef double t = x[i]
+    x[i] = x[j]
+    x[j] = t
+
+
+cdef void _select(double* x, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t k) noexcept nogil:
+    """Reorder x[lo..hi] so that x[k] is the element of rank k and everything left of it is <= it."""
+    cdef Py_ssize_t i, j, mid
+    cdef double pivot
+    cdef int depth = 0
+    cdef Py_ssize_t size = hi - lo + 1
+    cdef int limit = 8
+    while size > 1:
+        size >>= 1
+        limit += 2
+    while hi > lo:
+        if depth > limit:
+            qsort(&x[lo], hi - lo + 1, sizeof(double), _cmp_double)
+            return
+        depth += 1
+        mid = lo + (hi - lo) // 2
+        # median of three into x[mid]
+        if x[mid] < x[lo]:
+            _swap(x, mid, lo)
+        if x[hi] < x[lo]:
+            _swap(x, hi, lo)
+        if x[hi] < x[mid]:
+            _swap(x, hi, mid)
+        pivot = x[mid]
+        i = lo
+        j = hi
+        while i <= j:
+            while x[i] < pivot:
+                i += 1
+            while x[j] > pivot:
+                j -= 1
+            if i <= j:
+                _swap(x, i, j)
+                i += 1
+                j -= 1
+        if k <= j:
+            hi = j
+        elif k >= i:
+            lo = i
+        else:
+            return
+
+
+def six_stats(samples):
+    """Return ``(peak, p99, p95, p75, p50, avg)`` of the samples (rule I2)."""
+    cdef const double[::1] view
+    try:
+        view = samples
+    except (TypeError, ValueError):
+        view = array("d", samples)
+    cdef Py_ssize_t n = view.shape[0]
+    if n == 0:
+        raise ValueError("six_stats needs at least one sample")
+    cdef double* x = <double*>malloc(n * sizeof(double))
+    if x == NULL:
+        raise MemoryError()
+    cdef double total = 0.0
+    cdef double peak
+    cdef double h, lo_v, hi_v, v
+    cdef Py_ssize_t i, f, j
+    cdef Py_ssize_t prev_k = n
+    cdef double prev_next = 0.0
+    cdef double[4] out
+    cdef int qi
+    try:
+        with nogil:
+            peak = view[0]
+            for i in range(n):
+                v = view[i]
+                x[i] = v
+                total += v
+                if v > peak:
+                    peak = v
+            for qi in range(4):
+                h = (n - 1) * _QUANTILES[qi]
+                f = <Py_ssize_t>floor(h)
+                if f == prev_k:
+                    lo_v = x[f]
+                    hi_v = prev_next
+                else:
+                    _select(x, 0, prev_k - 1, f)
+                    lo_v = x[f]
+                    hi_v = lo_v
+                    if f + 1 < n:
+                        # the element of rank f+1 is the smallest right of f (up to prev_k)
+                        hi_v = x[f + 1]
+                        j = prev_k if prev_k < n else n - 1
+                        for i in range(f + 2, j + 1):
+                            if x[i] < hi_v:
+                                hi_v = x[i]
+                if f + 1 < n:
+                    out[qi] = lo_v + (h - f) * (hi_v - lo_v)
+                else:
+                    out[qi] = lo_v
+                prev_k = f
+                prev_next = hi_v
+    finally:
+        free(x)
+    return (peak, out[0], out[1], out[2], out[3], total / n)
+
+
+cpdef int memory_buffer_percent(long long observed_bytes):
+    """The memory staircase buffer of rule S9, in percent."""
+    if observed_bytes < GIB:
+        return 20
+    if observed_bytes <= 4 * GIB:
+        return 10
+    return 5
+
+
+cpdef long long ceil_tolerant(double x):
+    """Round up to an integer, treating a value within 1e-9 relative of an integer as that integer."""
+    cdef double r = floor(x + 0.5)
+    cdef double scale = fabs(x)
+    if scale < 1.0:
+        scale = 1.0
+    if fabs(x - r) <= 1e-9 * scale:
+        return <long long>r
+    return <long long>ceil(x)
+
+
+cpdef long long cpu_limit_for(long long request_millicores):
+    """Rule S12: round up to a multiple of 500m, at least 500m."""
+    cdef long long steps = (request_millicores + 499) // 500
+    if steps < 1:
+        steps = 1
+    return steps * 500
+
+
+cpdef long long memory_limit_for(long long request_bytes):
+    """Rule S12: the next power of two in MiB at or above the request, at least 128Mi."""
+    cdef long long mib = (request_bytes + MIB - 1) // MIB
+    cdef long long pow2 = 128
+    while pow2 < mib:
+        pow2 *= 2
+    return pow2 * MIB
+
+
+def size_container(
+    int phase,
+    double cpu_observed,
+    long long memory_observed,
+    long long pod_peak,
+    int buffer_pct,
+    int consecutive,
+    long long streak_limit,
+    long long ceiling,
+    bint guaranteed,
+):
+    """The per-container arithmetic of rules S7-S16, before overrides (see ``_reference``)."""
+    cdef long long cpu_request, cpu_limit, memory_request, memory_limit, mem_h, pod_h, base
+    cdef double cpu_exact
+    cdef bint capped = False
+    cdef int i
+    if phase == 0:
+        cpu_request = 500
+        cpu_limit = 500
+        memory_request = 4 * GIB
+        memory_limit = 4 * GIB
+    else:
+        if phase == 1:
+            cpu_exact = cpu_observed * 3
+            mem_h = memory_observed * 300
+        else:
+            cpu_exact = cpu_observed * (100 + buffer_pct) / 100.0
+            mem_h = memory_observed * (100 + memory_buffer_percent(memory_observed))
+        cpu_request = ceil_tolerant(cpu_exact)
+        if cpu_request < 10:
+            cpu_request = 10
+        if mem_h < 32 * MIB * 100:
+            mem_h = 32 * MIB * 100
+        if phase == 2 and pod_peak >= 0:
+            pod_h = pod_peak * (100 + memory_buffer_percent(pod_peak))
+            if pod_h < mem_h:
+                mem_h = pod_h
+        memory_request = ((mem_h + 100 * MIB - 1) // (100 * MIB)) * MIB
+        cpu_limit = cpu_limit_for(cpu_request)
+        memory_limit = memory_limit_for(memory_request)
+    if consecutive > 0:
+        base = memory_limit if memory_limit > streak_limit else streak_limit
+        for i in range(consecutive):
+            if base > MAX_BYTES // 2:
+                base = MAX_BYTES
+                break
+            base *= 2
+        memory_limit = base
+    if ceiling >= 0 and memory_limit > ceiling:
+        memory_limit = ceiling
+        capped = True
+    if guaranteed:
+        memory_request = memory_limit
+    elif memory_request > memory_limit:
+        memory_request = memory_limit
+    return cpu_request, cpu_limit, memory_request, memory_limit, capped

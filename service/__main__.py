@@ -1,0 +1,233 @@
+"""The ``ci-sizer`` command: serve, migrate, token create, openapi."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from . import __version__
+
+#: Settings fields that can be given as flags, and the flag that sets each.
+_FLAGS = {
+    "database_url": "--database-url",
+    "host": "--host",
+    "port": "--port",
+    "cpu_sizing_mode": "--cpu-sizing-mode",
+    "memory_qos": "--memory-qos",
+    "max_memory": "--max-memory",
+    "log_level": "--log-level",
+    "tokens_file": "--tokens-file",
+    "allow_anonymous": "--allow-anonymous",
+}
+
+
+class CliError(Exception):
+    """A one-line error for the user; exits non-zero without a traceback."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise CliError(message)
+
+
+def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
+    p.add_argument(
+        "--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)"
+    )
+    if not serve:
+        return
+    p.add_argument("--host", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", help="port (default 8080)")
+    p.add_argument("--cpu-sizing-mode", help="observe (default) or enforce (rule S17)")
+    p.add_argument("--memory-qos", help="guaranteed (default) or burstable (rule S16)")
+    p.add_argument(
+        "--max-memory",
+        metavar="QUANTITY",
+        help="node ceiling for memory limits, e.g. 16Gi (rule S15)",
+    )
+    p.add_argument(
+        "--log-level", help="critical, error, warning, info (default) or debug"
+    )
+    p.add_argument(
+        "--tokens-file", help="TOML/YAML file of bearer tokens (CI_SIZER_TOKENS_FILE)"
+    )
+    p.add_argument(
+        "--allow-anonymous",
+        action="store_true",
+        default=None,
+        help="serve without tokens on a non-loopback address",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="ci-sizer",
+        description="Right-sizes Kubernetes requests and limits for CI jobs.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"ci-sizer {__version__}"
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    serve = sub.add_parser(
+        "serve", help="apply migrations, then serve the API with uvicorn"
+    )
+    _add_settings_flags(serve, serve=True)
+    migrate = sub.add_parser("migrate", help="apply database migrations")
+    _add_settings_flags(migrate, serve=False)
+    migrate.add_argument(
+        "--revision", default="head", help="target revision (default head)"
+    )
+    token = sub.add_parser("token", help="manage bearer tokens")
+    token_sub = token.add_subparsers(dest="token_command", parser_class=_Parser)
+    create = token_sub.add_parser(
+        "create", help="print a new secret once, and the entry for the tokens file"
+    )
+    create.add_argument("name")
+    create.add_argument(
+        "--role", action="append", required=True, choices=["ingest", "read", "admin"]
+    )
+    create.add_argument(
+        "--org", action="append", help="limit the token to this org (repeatable)"
+    )
+    create.add_argument("--format", choices=["toml", "yaml"], default="toml")
+    openapi = sub.add_parser("openapi", help="print the OpenAPI document")
+    openapi.add_argument(
+        "--output", type=Path, help="write to this file instead of stdout"
+    )
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    from .settings import Settings
+
+    given = {
+        field: getattr(args, field)
+        for field in _FLAGS
+        if getattr(args, field, None) is not None
+    }
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = str(err["loc"][0]) if err["loc"] else "settings"
+        where = (
+            _FLAGS.get(field, field) if field in given else f"CI_SIZER_{field.upper()}"
+        )
+        raise CliError(
+            f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
+        ) from None
+
+
+def _serve(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .auth import TokensFileError, load_tokens
+    from .main import ExposureError, check_exposure, create_app, redacted
+
+    settings = settings_from(args)
+    _configure_logging(settings.log_level)
+    try:
+        check_exposure(settings, load_tokens(settings.tokens_file))
+    except (ExposureError, TokensFileError) as exc:
+        raise CliError(str(exc)) from None
+    _migrate(settings.database_url, "head", redacted(settings.database_url))
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        proxy_headers=False,
+    )
+
+
+def _migrate(database_url: str, revision: str, shown_url: str) -> None:
+    from . import migrations
+
+    log = logging.getLogger("ci_sizer")
+    log.info("applying migrations to %s (target %s)", shown_url, revision)
+    try:
+        migrations.upgrade(database_url, revision)
+    except (
+        Exception
+    ) as exc:  # a database that cannot be reached or migrated: one clear line
+        raise CliError(
+            f"migration failed on {shown_url}: {type(exc).__name__}: {_first_line(exc)}",
+            code=1,
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else ""
+
+
+def _token_create(args: argparse.Namespace) -> None:
+    from .auth import new_secret, token_line
+
+    secret = new_secret()
+    roles = list(dict.fromkeys(args.role))
+    print(
+        f"secret (shown once; give it to the client as 'Authorization: Bearer <secret>'):\n{secret}\n"
+    )
+    print(f"add this to the tokens file ({args.format.upper()}):")
+    print(token_line(args.name, secret, roles, args.org, toml=args.format == "toml"))
+
+
+def _openapi(args: argparse.Namespace) -> None:
+    from .main import create_app
+    from .settings import Settings
+
+    doc = json.dumps(create_app(Settings()).openapi(), indent=2, sort_keys=True) + "\n"
+    if args.output:
+        args.output.write_text(doc)
+    else:
+        sys.stdout.write(doc)
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command == "serve":
+            _serve(args)
+        elif args.command == "migrate":
+            settings = settings_from(args)
+            _configure_logging(settings.log_level)
+            from .main import redacted
+
+            _migrate(
+                settings.database_url, args.revision, redacted(settings.database_url)
+            )
+        elif args.command == "token" and args.token_command == "create":
+            _token_create(args)
+        elif args.command == "openapi":
+            _openapi(args)
+        else:
+            parser.print_help()
+            return 2
+    except CliError as exc:
+        print(f"ci-sizer: error: {exc}", file=sys.stderr)
+        return exc.code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

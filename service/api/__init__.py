@@ -1,0 +1,11 @@
+"""One aggregator includes every router (overrides before sizing: their paths overlap)."""
+
+from fastapi import APIRouter
+
+from . import health, overrides, runs, sizing
+
+api_router = APIRouter()
+api_router.include_router(health.router)
+api_router.include_router(runs.router)
+api_router.include_router(overrides.router)
+api_router.include_router(sizing.router)

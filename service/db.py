@@ -1,0 +1,90 @@
+"""Engines and sessions. Engines are built in the app's lifespan, never at import.
+
+SQLite: the driver's own transaction handling is switched off and SQLAlchemy emits ``BEGIN``
+itself (the documented pysqlite/aiosqlite recipe), so savepoints and transactional DDL work.
+Writes go through a second engine whose transactions start with ``BEGIN IMMEDIATE``: a writer
+takes the write lock up front and waits for it (``busy_timeout``) instead of failing when a
+read-then-write transaction cannot upgrade its lock. On PostgreSQL both are the same engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from sqlalchemy import event
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+
+def build_engine(
+    database_url: str, *, immediate: bool = False, **kwargs: Any
+) -> AsyncEngine:
+    """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg)."""
+    if database_url.startswith("sqlite"):
+        engine = create_async_engine(
+            database_url, connect_args={"timeout": 30}, **kwargs
+        )
+        begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=FULL")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _sqlite_begin(conn: Any) -> None:
+            conn.exec_driver_sql(begin)
+
+        return engine
+    if "poolclass" not in kwargs:
+        kwargs.setdefault("pool_size", 10)
+        kwargs.setdefault("max_overflow", 20)
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_async_engine(database_url, **kwargs)
+
+
+def build_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+async def _unit_of_work(
+    maker: async_sessionmaker[AsyncSession],
+) -> AsyncIterator[AsyncSession]:
+    async with maker() as session:
+        try:
+            yield session
+            await session.commit()
+        except BaseException:
+            await session.rollback()
+            raise
+
+
+async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """Unit of work per request: commit when the route returns, roll back when it raises.
+
+    Declared with ``scope="function"``: the commit happens before the response is sent, so a
+    201 is only ever answered for a run that is committed.
+    """
+    async for session in _unit_of_work(request.app.state.sessionmaker):
+        yield session
+
+
+async def get_write_session(request: Request) -> AsyncIterator[AsyncSession]:
+    """The same unit of work on the write engine (``BEGIN IMMEDIATE`` on SQLite)."""
+    async for session in _unit_of_work(request.app.state.write_sessionmaker):
+        yield session
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+WriteSessionDep = Annotated[AsyncSession, Depends(get_write_session, scope="function")]

@@ -1,0 +1,205 @@
+"""One error hierarchy, rendered as RFC 9457 ``application/problem+json`` by one set of handlers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from typing import Any, ClassVar
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+
+PROBLEM_JSON = "application/problem+json"
+log = logging.getLogger("ci_sizer.errors")
+
+
+class Problem(BaseModel):
+    """The problem+json body (RFC 9457); ``errors`` lists the offending fields of a 422."""
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    detail: str | None = None
+    instance: str | None = None
+    errors: list[dict[str, Any]] | None = None
+
+
+class ServiceError(Exception):
+    """Base of every error the service answers on purpose."""
+
+    status: ClassVar[int] = 500
+    type_: ClassVar[str] = "about:blank"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: Sequence[Mapping[str, Any]] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = [dict(e) for e in errors] if errors is not None else None
+        self.headers = dict(headers or {})
+
+
+class InvalidInput(ServiceError):
+    status = 422
+    type_ = "https://ci-sizer.dev/problems/invalid-input"
+
+
+class NotFound(ServiceError):
+    status = 404
+    type_ = "https://ci-sizer.dev/problems/not-found"
+
+
+class Conflict(ServiceError):
+    status = 409
+    type_ = "https://ci-sizer.dev/problems/conflict"
+
+
+class PreconditionFailed(ServiceError):
+    status = 412
+    type_ = "https://ci-sizer.dev/problems/precondition-failed"
+
+
+class PayloadTooLarge(ServiceError):
+    status = 413
+    type_ = "https://ci-sizer.dev/problems/payload-too-large"
+
+
+class Unauthorized(ServiceError):
+    status = 401
+    type_ = "https://ci-sizer.dev/problems/unauthorized"
+
+
+class Forbidden(ServiceError):
+    status = 403
+    type_ = "https://ci-sizer.dev/problems/forbidden"
+
+
+class Unavailable(ServiceError):
+    status = 503
+    type_ = "https://ci-sizer.dev/problems/unavailable"
+
+
+def problem_response(
+    status: int,
+    *,
+    detail: str | None = None,
+    type_: str = "about:blank",
+    instance: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    body: dict[str, Any] = {
+        "type": type_,
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+    }
+    if detail is not None:
+        body["detail"] = detail
+    if instance is not None:
+        body["instance"] = instance
+    if errors is not None:
+        body["errors"] = errors
+    return Response(
+        orjson.dumps(body),
+        status_code=status,
+        media_type=PROBLEM_JSON,
+        headers=dict(headers or {}),
+    )
+
+
+def problem_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
+    """The ``responses=`` entry of a route for the errors it declares."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for err in errors:
+        out[err.status] = {
+            "model": Problem,
+            "content": {PROBLEM_JSON: {}},
+            "description": HTTPStatus(err.status).phrase,
+        }
+    return out
+
+
+def _pointer(loc: Sequence[int | str]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in ("body", "query", "path", "header"):
+        where, rest = parts[0], parts[1:]
+    else:
+        where, rest = "body", parts
+    return where + ("/" + "/".join(rest) if rest else "")
+
+
+def validation_errors(raw: Sequence[Any]) -> list[dict[str, Any]]:
+    """pydantic/FastAPI errors as ``{"field": "body/containers/0/name", "message": ...}``."""
+    out = []
+    for err in raw:
+        out.append(
+            {
+                "field": _pointer(err.get("loc", ())),
+                "message": str(err.get("msg", "invalid")),
+            }
+        )
+    return out
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    async def on_service_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ServiceError)
+        return problem_response(
+            exc.status,
+            detail=exc.detail,
+            type_=exc.type_,
+            instance=request.url.path,
+            errors=exc.errors,
+            headers=exc.headers,
+        )
+
+    async def on_validation_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        errors = validation_errors(exc.errors())
+        fields = ", ".join(e["field"] for e in errors[:5])
+        return problem_response(
+            422,
+            detail=f"invalid input: {fields}",
+            type_=InvalidInput.type_,
+            instance=request.url.path,
+            errors=errors,
+        )
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        return problem_response(
+            exc.status_code,
+            detail=str(exc.detail) if exc.detail else None,
+            instance=request.url.path,
+            headers=exc.headers,
+        )
+
+    async def on_database_error(request: Request, exc: Exception) -> Response:
+        # A database that does not answer is a 503 to retry, not a bug; the message may hold
+        # connection details, so only the class name is logged.
+        log.warning("database error on %s: %s", request.url.path, type(exc).__name__)
+        return problem_response(
+            503,
+            detail="the database is unavailable; retry later",
+            type_=Unavailable.type_,
+            instance=request.url.path,
+            headers={"Retry-After": "2"},
+        )
+
+    app.add_exception_handler(ServiceError, on_service_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(StarletteHTTPException, on_http_error)
+    app.add_exception_handler(OperationalError, on_database_error)
+    app.add_exception_handler(DBAPIError, on_database_error)
+    app.add_exception_handler(ConnectionError, on_database_error)
+    app.add_exception_handler(TimeoutError, on_database_error)

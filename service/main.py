@@ -1,0 +1,155 @@
+"""``create_app(settings)``: the FastAPI app, its lifespan (engines built and disposed there)
+and its pure-ASGI middleware."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy.engine import make_url
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from . import __version__, core
+from .api import api_router
+from .api.paths import RawPathSegments
+from .auth import TokenStore, load_tokens
+from .db import build_engine, build_sessionmaker
+from .errors import PayloadTooLarge, install_error_handlers, problem_response
+from .settings import Settings, get_settings, is_loopback
+
+log = logging.getLogger("ci_sizer")
+
+
+class ExposureError(RuntimeError):
+    """Refusing to serve without tokens on a non-loopback address."""
+
+
+def check_exposure(settings: Settings, tokens: TokenStore) -> None:
+    if (
+        not tokens.enabled
+        and not is_loopback(settings.host)
+        and not settings.allow_anonymous
+    ):
+        raise ExposureError(
+            f"no tokens are configured (CI_SIZER_TOKENS_FILE) and --host {settings.host} is not a loopback "
+            "address; configure tokens or pass --allow-anonymous"
+        )
+
+
+class BodySizeLimit:
+    """Answer 413 (problem+json) for a request body over ``max_bytes``, counting what is actually
+    sent, not only what ``Content-Length`` claims; nothing reaches a route."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if (
+            declared is not None
+            and declared.isdigit()
+            and int(declared) > self.max_bytes
+        ):
+            await self._reject(scope, send)
+            return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > self.max_bytes:
+                await self._reject(scope, send)
+                return
+            chunks.append(body)
+            if not message.get("more_body", False):
+                break
+        buffered: Message = {
+            "type": "http.request",
+            "body": b"".join(chunks),
+            "more_body": False,
+        }
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return buffered
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, scope: Scope, send: Send) -> None:
+        response = problem_response(
+            413,
+            detail=f"the request body exceeds {self.max_bytes} bytes",
+            type_=PayloadTooLarge.type_,
+            instance=scope["path"],
+        )
+        await response(scope, _drain, send)
+
+
+async def _drain() -> Message:
+    return {"type": "http.disconnect"}
+
+
+def redacted(database_url: str) -> str:
+    return make_url(database_url).render_as_string(hide_password=True)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    tokens = load_tokens(settings.tokens_file)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        check_exposure(settings, tokens)
+        engine = build_engine(settings.database_url)
+        write_engine = (
+            build_engine(settings.database_url, immediate=True)
+            if settings.is_sqlite
+            else engine
+        )
+        app.state.engine = engine
+        app.state.sessionmaker = build_sessionmaker(engine)
+        app.state.write_sessionmaker = build_sessionmaker(write_engine)
+        log.info(
+            "ci-sizer %s starting: core backend=%s, database=%s, auth=%s",
+            __version__,
+            core.BACKEND,
+            redacted(settings.database_url),
+            f"{len(tokens.entries)} token(s)"
+            if tokens.enabled
+            else "none (open access; loopback only)"
+            if not settings.allow_anonymous
+            else "none (open access, --allow-anonymous)",
+        )
+        try:
+            yield
+        finally:
+            await engine.dispose()
+            if write_engine is not engine:
+                await write_engine.dispose()
+
+    app = FastAPI(
+        title="ci-sizer",
+        version=__version__,
+        description="Right-sizes Kubernetes requests and limits for CI jobs from the runs they actually made.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.tokens = tokens
+    install_error_handlers(app)
+    app.include_router(api_router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RawPathSegments)
+    return app

@@ -1,0 +1,431 @@
+"""SQLModel tables and the wire schemas of each resource.
+
+Tables: ``jobs`` (one row per org/repo/workflow/job), ``runs`` (one finished CI run of a job),
+``run_containers`` (the six CPU stats, memory peak/limit and OOM fields per container) and
+``overrides``. Datetimes are stored as naive UTC on every database, so ordering and comparison
+behave the same on SQLite and PostgreSQL; the API speaks RFC 3339 with ``Z``.
+
+The wire schemas are plain pydantic models: the ingest body carries samples that are never
+stored, so it is not the shape of any table.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+SQLModel.metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+#: An autoincrementing 64-bit key that stays SQLite's rowid alias.
+PK = BigInteger().with_variant(Integer(), "sqlite")
+NAME_MAX = 200
+MAX_MEMORY_BYTES = (
+    1 << 50
+)  # 1 PiB: bounds inputs so the integer arithmetic never overflows
+MAX_CPU_MILLICORES = 1e9  # a million cores
+
+
+def utcnow() -> datetime:
+    """Now, as the naive UTC datetime the tables store."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def to_naive_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def to_rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+# --------------------------------------------------------------------------- tables
+
+
+class Job(SQLModel, table=True):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("org", "repo", "workflow", "job", name="uq_jobs_key"),
+    )
+
+    id: int | None = SQLField(
+        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
+    )
+    org: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    repo: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    workflow: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    job: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    created_at: datetime = SQLField(
+        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
+    )
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+    __table_args__ = (
+        UniqueConstraint("job_id", "run_id", name="uq_runs_job_run_id"),
+        # "newest N runs of one job" (rule S3) and "newest N clean runs" (S5) are range scans:
+        Index("ix_runs_job_history", "job_id", "finished_at", "id"),
+        Index("ix_runs_job_clean_history", "job_id", "clean", "finished_at", "id"),
+    )
+
+    id: int | None = SQLField(
+        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
+    )
+    job_id: int = SQLField(
+        sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    )
+    run_id: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    started_at: datetime | None = SQLField(
+        default=None, sa_column=Column(DateTime(), nullable=True)
+    )
+    finished_at: datetime = SQLField(sa_column=Column(DateTime(), nullable=False))
+    ingested_at: datetime = SQLField(
+        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
+    )
+    node_memory_bytes: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    pod_memory_peak_bytes: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    clean: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
+    content_hash: str = SQLField(sa_column=Column(String(64), nullable=False))
+
+
+class RunContainer(SQLModel, table=True):
+    __tablename__ = "run_containers"
+    __table_args__ = (
+        UniqueConstraint("run_pk", "name", name="uq_run_containers_run_name"),
+    )
+
+    id: int | None = SQLField(
+        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
+    )
+    run_pk: int = SQLField(
+        sa_column=Column(PK, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
+    )
+    position: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    name: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    cpu_peak: float = SQLField(sa_column=Column(Float(), nullable=False))
+    cpu_p99: float = SQLField(sa_column=Column(Float(), nullable=False))
+    cpu_p95: float = SQLField(sa_column=Column(Float(), nullable=False))
+    cpu_p75: float = SQLField(sa_column=Column(Float(), nullable=False))
+    cpu_p50: float = SQLField(sa_column=Column(Float(), nullable=False))
+    cpu_avg: float = SQLField(sa_column=Column(Float(), nullable=False))
+    memory_peak_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    memory_limit_bytes: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    oom_killed: bool | None = SQLField(
+        default=None, sa_column=Column(Boolean(), nullable=True)
+    )
+    oom_kill_events: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    oom_suspect: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
+
+
+class Override(SQLModel, table=True):
+    """A pin at one scope; levels below the scope are stored as '' (names are never empty, I3)."""
+
+    __tablename__ = "overrides"
+    __table_args__ = (
+        UniqueConstraint("org", "repo", "workflow", "job", name="uq_overrides_scope"),
+    )
+
+    id: int | None = SQLField(
+        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
+    )
+    scope: str = SQLField(sa_column=Column(String(16), nullable=False))
+    org: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    repo: str = SQLField(default="", sa_column=Column(String(NAME_MAX), nullable=False))
+    workflow: str = SQLField(
+        default="", sa_column=Column(String(NAME_MAX), nullable=False)
+    )
+    job: str = SQLField(default="", sa_column=Column(String(NAME_MAX), nullable=False))
+    cpu_request_millicores: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    cpu_limit_millicores: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    memory_request_bytes: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    memory_limit_bytes: int | None = SQLField(
+        default=None, sa_column=Column(BigInteger(), nullable=True)
+    )
+    reason: str | None = SQLField(default=None, sa_column=Column(Text(), nullable=True))
+    expires_at: datetime | None = SQLField(
+        default=None, sa_column=Column(DateTime(), nullable=True)
+    )
+    created_at: datetime = SQLField(
+        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
+    )
+    updated_at: datetime = SQLField(
+        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
+    )
+    updated_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    version: int = SQLField(default=1, sa_column=Column(Integer(), nullable=False))
+
+
+# --------------------------------------------------------------------------- wire: runs
+
+
+def _no_control_chars(value: str) -> str:
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=NAME_MAX),
+    AfterValidator(_no_control_chars),
+]
+CpuValue = Annotated[
+    float, Field(strict=True, ge=0, le=MAX_CPU_MILLICORES, allow_inf_nan=False)
+]
+MemoryBytes = Annotated[int, Field(strict=True, ge=0, le=MAX_MEMORY_BYTES)]
+STAT_NAMES = ("peak", "p99", "p95", "p75", "p50", "avg")
+CpuPercentile = Literal["peak", "p99", "p95", "p75", "p50", "avg"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class CpuStats(_Strict):
+    """The six CPU stats of one container in one run, in millicores (rule I1)."""
+
+    peak: CpuValue
+    p99: CpuValue
+    p95: CpuValue
+    p75: CpuValue
+    p50: CpuValue
+    avg: CpuValue
+
+    @model_validator(mode="after")
+    def _ordered(self) -> CpuStats:
+        if not (self.p50 <= self.p75 <= self.p95 <= self.p99 <= self.peak):
+            raise ValueError("must satisfy p50 <= p75 <= p95 <= p99 <= peak")
+        if self.avg > self.peak:
+            raise ValueError("avg must not exceed peak")
+        return self
+
+
+class ContainerCreate(_Strict):
+    name: Name
+    cpu_samples_millicores: list[CpuValue] | None = Field(
+        default=None, min_length=1, max_length=100_000
+    )
+    cpu_stats_millicores: CpuStats | None = None
+    memory_peak_bytes: MemoryBytes = Field(
+        description="peak working set (rule I5a), not memory.peak"
+    )
+    memory_limit_bytes: (
+        Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None
+    ) = None
+    oom_killed: Annotated[bool, Field(strict=True)] | None = None
+    oom_kill_events: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = (
+        None
+    )
+
+    @model_validator(mode="after")
+    def _one_cpu_source(self) -> ContainerCreate:
+        if (self.cpu_samples_millicores is None) == (self.cpu_stats_millicores is None):
+            raise ValueError(
+                "give exactly one of cpu_samples_millicores or cpu_stats_millicores"
+            )
+        return self
+
+
+class RunCreate(_Strict):
+    """One finished CI run of one job (``POST /api/v1/runs``)."""
+
+    org: Name
+    repo: Name
+    workflow: Name
+    job: Name
+    run_id: Name
+    started_at: datetime | None = None
+    finished_at: datetime
+    node_memory_bytes: (
+        Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None
+    ) = None
+    pod_memory_peak_bytes: MemoryBytes | None = None
+    containers: list[ContainerCreate] = Field(min_length=1, max_length=64)
+
+    @field_validator("started_at", "finished_at")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return None if value is None else to_naive_utc(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunCreate:
+        names = [c.name for c in self.containers]
+        if len(set(names)) != len(names):
+            raise ValueError("container names must be unique within a run")
+        if self.started_at is not None and self.started_at > self.finished_at:
+            raise ValueError("started_at must not be after finished_at")
+        return self
+
+
+class CpuStatsPublic(BaseModel):
+    peak: float
+    p99: float
+    p95: float
+    p75: float
+    p50: float
+    avg: float
+
+
+class RunContainerPublic(BaseModel):
+    name: str
+    cpu_stats_millicores: CpuStatsPublic
+    memory_peak_bytes: int
+    oom_suspect: bool
+
+
+class RunPublic(BaseModel):
+    org: str
+    repo: str
+    workflow: str
+    job: str
+    run_id: str
+    finished_at: str
+    result: Literal["created", "duplicate"]
+    clean: bool
+    oom_suspect_containers: list[str]
+    containers: list[RunContainerPublic]
+
+
+class RunsBatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    runs: list[dict[str, Any]] = Field(
+        min_length=1,
+        max_length=500,
+        description="up to 500 runs, each in the shape of RunCreate; each is validated on its own",
+    )
+
+
+class BatchItemPublic(BaseModel):
+    index: int
+    status: int
+    result: Literal["created", "duplicate", "conflict", "rejected"]
+    run: RunPublic | None = None
+    problem: dict[str, Any] | None = None
+
+
+class RunsBatchPublic(BaseModel):
+    created: int
+    duplicates: int
+    conflicts: int
+    rejected: int
+    results: list[BatchItemPublic]
+
+
+# --------------------------------------------------------------------------- wire: sizing
+
+
+class SourcePublic(BaseModel):
+    request: str
+    limit: str
+
+
+class CpuPublic(BaseModel):
+    request: str
+    limit: str
+    request_millicores: int
+    limit_millicores: int
+    enforced: bool
+    source: SourcePublic
+
+
+class MemoryPublic(BaseModel):
+    request: str
+    limit: str
+    request_bytes: int
+    limit_bytes: int
+    source: SourcePublic
+
+
+class ObservedPublic(BaseModel):
+    cpu_millicores: float | None
+    memory_bytes: int | None
+
+
+class OomPublic(BaseModel):
+    consecutive: int
+    backoff_factor: int
+    capped: bool
+
+
+class ContainerSizingPublic(BaseModel):
+    name: str
+    cpu: CpuPublic
+    memory: MemoryPublic
+    observed: ObservedPublic
+    oom: OomPublic
+
+
+class SizingMetaPublic(BaseModel):
+    phase: Literal["unknown", "learning", "confident"]
+    clean_samples: int
+    runs_analyzed: int
+    runs: int
+    buffer: int
+    cpu_percentile: CpuPercentile
+    override_scope: Literal["job", "workflow", "repo", "org", "global"]
+    cpu_sizing_mode: Literal["observe", "enforce"]
+    memory_qos: Literal["guaranteed", "burstable"]
+    node_ceiling_bytes: int | None
+    generated_at: str
+
+
+class SizingPublic(BaseModel):
+    org: str
+    repo: str
+    workflow: str
+    job: str
+    containers: list[ContainerSizingPublic]
+    meta: SizingMetaPublic

@@ -1,0 +1,253 @@
+"""Operator overrides (rules O1-O6): storage, ETags, listing."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlmodel import col
+
+from ..errors import InvalidInput, NotFound, PreconditionFailed
+from ..models import Override, utcnow
+
+Scope = Literal["org", "repo", "workflow", "job"]
+SCOPES: tuple[Scope, ...] = ("org", "repo", "workflow", "job")
+FIELDS = (
+    "cpu_request_millicores",
+    "cpu_limit_millicores",
+    "memory_request_bytes",
+    "memory_limit_bytes",
+)
+
+
+@dataclass(frozen=True)
+class ScopeKey:
+    """org, then optionally repo, workflow and job; '' marks a level below the scope."""
+
+    org: str
+    repo: str = ""
+    workflow: str = ""
+    job: str = ""
+
+    @property
+    def scope(self) -> Scope:
+        if self.job:
+            return "job"
+        if self.workflow:
+            return "workflow"
+        if self.repo:
+            return "repo"
+        return "org"
+
+
+@dataclass(frozen=True)
+class Pins:
+    cpu_request_millicores: int | None
+    cpu_limit_millicores: int | None
+    memory_request_bytes: int | None
+    memory_limit_bytes: int | None
+    reason: str | None
+    expires_at: datetime | None
+
+
+def etag(o: Override) -> str:
+    """A strong ETag over everything the override says, its version and creation time."""
+    parts = [
+        str(o.id),
+        str(o.version),
+        o.created_at.isoformat(),
+        o.updated_at.isoformat(),
+    ]
+    parts += [str(getattr(o, f)) for f in FIELDS]
+    parts += [o.reason or "", o.expires_at.isoformat() if o.expires_at else ""]
+    return '"' + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32] + '"'
+
+
+def is_expired(o: Override, now: datetime | None = None) -> bool:
+    return o.expires_at is not None and o.expires_at <= (now or utcnow())
+
+
+def _where_key(key: ScopeKey) -> ColumnElement[bool]:
+    return and_(
+        col(Override.org) == key.org,
+        col(Override.repo) == key.repo,
+        col(Override.workflow) == key.workflow,
+        col(Override.job) == key.job,
+    )
+
+
+async def get(*, session: AsyncSession, key: ScopeKey) -> Override | None:
+    return (
+        await session.execute(select(Override).where(_where_key(key)))
+    ).scalar_one_or_none()
+
+
+def check_preconditions(
+    current: Override | None, *, if_match: str | None, if_none_match: str | None
+) -> None:
+    if if_match is not None:
+        if current is None:
+            raise PreconditionFailed(
+                "If-Match given but there is no override at this scope"
+            )
+        wanted = [t.strip() for t in if_match.split(",")]
+        if "*" not in wanted and etag(current) not in wanted:
+            raise PreconditionFailed(
+                "the override changed since it was read (stale ETag)"
+            )
+    if if_none_match is not None and current is not None:
+        wanted = [t.strip() for t in if_none_match.split(",")]
+        if "*" in wanted or etag(current) in wanted:
+            raise PreconditionFailed("an override already exists at this scope")
+
+
+async def put(
+    *,
+    session: AsyncSession,
+    key: ScopeKey,
+    pins: Pins,
+    updated_by: str,
+    if_match: str | None = None,
+    if_none_match: str | None = None,
+) -> tuple[Override, bool]:
+    """Create or replace the override at ``key``; returns it and whether it was created (O5)."""
+    for attempt in range(3):
+        current = await get(session=session, key=key)
+        check_preconditions(current, if_match=if_match, if_none_match=if_none_match)
+        now = utcnow()
+        if current is None:
+            created = Override(
+                scope=key.scope,
+                org=key.org,
+                repo=key.repo,
+                workflow=key.workflow,
+                job=key.job,
+                created_at=now,
+                updated_at=now,
+                updated_by=updated_by,
+                version=1,
+                **_pin_values(pins),
+            )
+            session.add(created)
+            try:
+                await session.flush()
+            except IntegrityError:  # a concurrent PUT created it first: replace instead
+                await session.rollback()
+                if attempt == 2:
+                    raise
+                continue
+            return created, True
+        for name, value in _pin_values(pins).items():
+            setattr(current, name, value)
+        current.updated_at = max(now, current.updated_at)
+        current.updated_by = updated_by
+        current.version += 1
+        await session.flush()
+        return current, False
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _pin_values(pins: Pins) -> dict[str, Any]:
+    return {
+        "cpu_request_millicores": pins.cpu_request_millicores,
+        "cpu_limit_millicores": pins.cpu_limit_millicores,
+        "memory_request_bytes": pins.memory_request_bytes,
+        "memory_limit_bytes": pins.memory_limit_bytes,
+        "reason": pins.reason,
+        "expires_at": pins.expires_at,
+    }
+
+
+async def delete(
+    *, session: AsyncSession, key: ScopeKey, if_match: str | None = None
+) -> None:
+    current = await get(session=session, key=key)
+    if current is None:
+        if if_match is not None:
+            raise PreconditionFailed(
+                "If-Match given but there is no override at this scope"
+            )
+        raise NotFound("no override at this scope")
+    check_preconditions(current, if_match=if_match, if_none_match=None)
+    await session.delete(current)
+    await session.flush()
+
+
+async def applicable(
+    *, session: AsyncSession, org: str, repo: str, workflow: str, job: str
+) -> dict[str, Override]:
+    """The unexpired overrides that bear on one job, by scope (rule O2)."""
+    keys = [
+        ScopeKey(org, repo, workflow, job),
+        ScopeKey(org, repo, workflow),
+        ScopeKey(org, repo),
+        ScopeKey(org),
+    ]
+    rows = (
+        await session.execute(
+            select(Override).where(
+                col(Override.org) == org, or_(*(_where_key(k) for k in keys))
+            )
+        )
+    ).scalars()
+    now = utcnow()
+    return {o.scope: o for o in rows if not is_expired(o, now)}
+
+
+def encode_cursor(last_id: int) -> str:
+    return base64.urlsafe_b64encode(f"o:{last_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        prefix, _, value = raw.partition(":")
+        if prefix != "o":
+            raise ValueError
+        return int(value)
+    except (ValueError, UnicodeDecodeError):
+        raise InvalidInput(
+            "the cursor is not valid",
+            errors=[{"field": "query/cursor", "message": "not a cursor from this API"}],
+        ) from None
+
+
+@dataclass(frozen=True)
+class ListFilter:
+    org: str | None = None
+    repo: str | None = None
+    workflow: str | None = None
+    job: str | None = None
+    scope: Scope | None = None
+
+
+async def list_overrides(
+    *,
+    session: AsyncSession,
+    flt: ListFilter,
+    after_id: int,
+    limit: int,
+    orgs: frozenset[str] | None,
+) -> tuple[list[Override], bool]:
+    """Overrides in id order after ``after_id``; the bool says whether more follow."""
+    stmt = select(Override).where(col(Override.id) > after_id)
+    for column, value in (
+        (col(Override.org), flt.org),
+        (col(Override.repo), flt.repo),
+        (col(Override.workflow), flt.workflow),
+        (col(Override.job), flt.job),
+        (col(Override.scope), flt.scope),
+    ):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    if orgs is not None:
+        stmt = stmt.where(col(Override.org).in_(sorted(orgs)))
+    stmt = stmt.order_by(col(Override.id)).limit(limit + 1)
+    rows = list((await session.execute(stmt)).scalars())
+    return rows[:limit], len(rows) > limit

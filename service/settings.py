@@ -1,0 +1,97 @@
+"""Service settings: CLI flags and ``CI_SIZER_*`` environment variables, through pydantic-settings."""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .quantity import QuantityError, parse_memory_bytes
+
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./ci-sizer.db"
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the usual spellings and pick the async driver the service uses."""
+    for prefix, replacement in (
+        ("postgres://", "postgresql+asyncpg://"),
+        ("postgresql://", "postgresql+asyncpg://"),
+        ("postgresql+psycopg://", "postgresql+asyncpg://"),
+        ("sqlite://", "sqlite+aiosqlite://"),
+    ):
+        if url.startswith(prefix):
+            return replacement + url[len(prefix) :]
+    if url.startswith(("postgresql+asyncpg://", "sqlite+aiosqlite://")):
+        return url
+    raise ValueError("must be a sqlite:// or postgresql:// URL")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    """Everything the service can be told; each field is also ``CI_SIZER_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="CI_SIZER_", extra="ignore")
+
+    database_url: str = DEFAULT_DATABASE_URL
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
+    memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
+    max_memory: int | None = Field(
+        default=None, description="node ceiling in bytes (rule S15)"
+    )
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    tokens_file: Path | None = None
+    allow_anonymous: bool = False
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return normalize_database_url(value)
+
+    @field_validator("max_memory", mode="before")
+    @classmethod
+    def _max_memory(cls, value: object) -> object:
+        if value is None or value == "":
+            return None
+        if isinstance(value, int):
+            text = str(value)
+        elif isinstance(value, str):
+            text = value
+        else:
+            raise ValueError("must be a memory quantity such as 16Gi")
+        try:
+            parsed = parse_memory_bytes(text)
+        except QuantityError as exc:
+            raise ValueError(str(exc)) from None
+        if parsed <= 0:
+            raise ValueError("must be greater than zero")
+        return parsed
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _log_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """Settings from the environment, built on first use (never at import)."""
+    return Settings()

@@ -1,0 +1,136 @@
+"""Fixtures: databases (SQLite and PostgreSQL, both migrated with Alembic), the app and its client.
+
+Every DB-touching test runs on both databases through the ``db_url`` fixture. Each test gets
+empty tables: rows are deleted after it, rather than rolled back, because the app commits its
+own unit of work and several tests need real concurrent transactions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from service import migrations
+from service.db import build_engine
+from service.main import create_app
+from service.settings import Settings
+
+from .pg import PostgresServer, acquire
+
+TABLES = ("run_containers", "runs", "jobs", "overrides")
+REQUIRE_POSTGRES = os.environ.get("CI_SIZER_REQUIRE_POSTGRES", "") not in ("", "0")
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    try:
+        server = acquire()
+    except RuntimeError as exc:
+        if REQUIRE_POSTGRES:
+            pytest.fail(
+                f"PostgreSQL is required (CI_SIZER_REQUIRE_POSTGRES=1) but none could be had: {exc}"
+            )
+        pytest.skip(f"no PostgreSQL: {exc}")
+    yield server
+    server.close()
+
+
+async def _admin(url: str, sql: str) -> None:
+    u = make_url(url)
+    conn = await asyncpg.connect(
+        host=u.host,
+        port=u.port or 5432,
+        user=u.username,
+        password=u.password,
+        database=u.database or "postgres",
+    )
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgresql_database(postgres_server: PostgresServer) -> Iterator[str]:
+    """A fresh database on the server, migrated to head, dropped at the end."""
+    name = f"ci_sizer_test_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(postgres_server.url, f'CREATE DATABASE "{name}"'))
+    url = (
+        make_url(postgres_server.url)
+        .set(database=name)
+        .render_as_string(hide_password=False)
+    )
+    migrations.upgrade(url)
+    yield url
+    asyncio.run(
+        _admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    )
+
+
+@pytest.fixture(scope="session")
+def sqlite_database(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("sqlite") / "ci-sizer-test.db"
+    url = f"sqlite+aiosqlite:///{path}"
+    migrations.upgrade(url)
+    return url
+
+
+async def _clean(url: str) -> None:
+    engine = build_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for table in TABLES:
+                await conn.execute(text(f"DELETE FROM {table}"))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A migrated database URL; the test runs once on SQLite and once on PostgreSQL."""
+    url: str = request.getfixturevalue(f"{request.param}_database")
+    yield url
+    asyncio.run(_clean(url))
+
+
+ClientFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
+
+
+@pytest.fixture
+def make_client(db_url: str) -> ClientFactory:
+    """``async with make_client(memory_qos="burstable") as client:`` an app on this test's database."""
+
+    @asynccontextmanager
+    async def factory(**settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+        app = create_app(Settings(database_url=db_url, **settings))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://testserver"
+            ) as client:
+                client.app = app  # type: ignore[attr-defined]
+                yield client
+
+    return factory
+
+
+@pytest.fixture
+async def client(make_client: ClientFactory) -> AsyncIterator[httpx.AsyncClient]:
+    async with make_client() as c:
+        yield c
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

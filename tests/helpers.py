@@ -1,0 +1,83 @@
+"""Builders for wire payloads used across the API tests."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+MIB = 1 << 20
+GIB = 1 << 30
+T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+JOB = {
+    "org": "acme",
+    "repo": "web",
+    "workflow": ".github/workflows/ci.yml",
+    "job": "build (ubuntu-latest, 3.12)",
+}
+
+
+def container(
+    name: str = "build",
+    *,
+    cpu: float | dict[str, float] | list[float] = 500.0,
+    mem: int = 512 * MIB,
+    limit: int | None = None,
+    oom_killed: bool | None = None,
+    oom_events: int | None = None,
+) -> dict[str, Any]:
+    """A container; ``cpu`` is a number (all six stats equal), a stats dict, or a sample list."""
+    c: dict[str, Any] = {"name": name, "memory_peak_bytes": mem}
+    if isinstance(cpu, list):
+        c["cpu_samples_millicores"] = cpu
+    elif isinstance(cpu, dict):
+        c["cpu_stats_millicores"] = cpu
+    else:
+        c["cpu_stats_millicores"] = dict.fromkeys(
+            ("peak", "p99", "p95", "p75", "p50", "avg"), cpu
+        )
+    if limit is not None:
+        c["memory_limit_bytes"] = limit
+    if oom_killed is not None:
+        c["oom_killed"] = oom_killed
+    if oom_events is not None:
+        c["oom_kill_events"] = oom_events
+    return c
+
+
+def run(
+    n: int, *containers: dict[str, Any], job: dict[str, str] | None = None, **extra: Any
+) -> dict[str, Any]:
+    """Run number ``n`` of the job, finished ``n`` minutes after T0 (higher n = newer)."""
+    body: dict[str, Any] = {
+        **(job or JOB),
+        "run_id": f"run-{n}",
+        "finished_at": (T0 + timedelta(minutes=n)).isoformat().replace("+00:00", "Z"),
+        "containers": list(containers) or [container()],
+    }
+    body.update(extra)
+    return body
+
+
+def sizing_path(job: dict[str, str] | None = None) -> str:
+    j = job or JOB
+    return "/api/v1/sizing/" + "/".join(
+        quote(j[k], safe="") for k in ("org", "repo", "workflow", "job")
+    )
+
+
+async def post_runs(client: httpx.AsyncClient, *bodies: dict[str, Any]) -> None:
+    for body in bodies:
+        r = await client.post("/api/v1/runs", json=body)
+        assert r.status_code == 201, r.text
+
+
+async def sizing(
+    client: httpx.AsyncClient, job: dict[str, str] | None = None, **params: Any
+) -> dict[str, Any]:
+    r = await client.get(sizing_path(job), params=params)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body

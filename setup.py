@@ -12,11 +12,7 @@ except ImportError:  # pragma: no cover - Cython is in build-system.requires
     ext_modules = []
 else:
     ext_modules = cythonize(
-        [
-            Extension(
-                "service.core._sizing", ["service/core/_sizing.pyx"], optional=True
-            )
-        ],
+        [Extension("service.core._sizing", ["service/core/_sizing.pyx"], optional=True)],
         compiler_directives={"language_level": "3"},
         quiet=True,
     )

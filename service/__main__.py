@@ -24,6 +24,7 @@ _FLAGS = {
     "log_level": "--log-level",
     "tokens_file": "--tokens-file",
     "allow_anonymous": "--allow-anonymous",
+    "workers": "--workers",
 }
 
 
@@ -41,9 +42,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
-    p.add_argument(
-        "--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)"
-    )
+    p.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
     if not serve:
         return
     p.add_argument("--host", help="bind address (default 127.0.0.1)")
@@ -55,18 +54,15 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
         metavar="QUANTITY",
         help="node ceiling for memory limits, e.g. 16Gi (rule S15)",
     )
-    p.add_argument(
-        "--log-level", help="critical, error, warning, info (default) or debug"
-    )
-    p.add_argument(
-        "--tokens-file", help="TOML/YAML file of bearer tokens (CI_SIZER_TOKENS_FILE)"
-    )
+    p.add_argument("--log-level", help="critical, error, warning, info (default) or debug")
+    p.add_argument("--tokens-file", help="TOML/YAML file of bearer tokens (CI_SIZER_TOKENS_FILE)")
     p.add_argument(
         "--allow-anonymous",
         action="store_true",
         default=None,
         help="serve without tokens on a non-loopback address",
     )
+    p.add_argument("--workers", help="uvicorn worker processes (default 1; metrics aggregate across them)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,81 +70,90 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ci-sizer",
         description="Right-sizes Kubernetes requests and limits for CI jobs.",
     )
-    parser.add_argument(
-        "--version", action="version", version=f"ci-sizer {__version__}"
-    )
+    parser.add_argument("--version", action="version", version=f"ci-sizer {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    serve = sub.add_parser(
-        "serve", help="apply migrations, then serve the API with uvicorn"
-    )
+    serve = sub.add_parser("serve", help="apply migrations, then serve the API with uvicorn")
     _add_settings_flags(serve, serve=True)
     migrate = sub.add_parser("migrate", help="apply database migrations")
     _add_settings_flags(migrate, serve=False)
-    migrate.add_argument(
-        "--revision", default="head", help="target revision (default head)"
-    )
+    migrate.add_argument("--revision", default="head", help="target revision (default head)")
     token = sub.add_parser("token", help="manage bearer tokens")
     token_sub = token.add_subparsers(dest="token_command", parser_class=_Parser)
-    create = token_sub.add_parser(
-        "create", help="print a new secret once, and the entry for the tokens file"
-    )
+    create = token_sub.add_parser("create", help="print a new secret once, and the entry for the tokens file")
     create.add_argument("name")
-    create.add_argument(
-        "--role", action="append", required=True, choices=["ingest", "read", "admin"]
-    )
-    create.add_argument(
-        "--org", action="append", help="limit the token to this org (repeatable)"
-    )
+    create.add_argument("--role", action="append", required=True, choices=["ingest", "read", "admin"])
+    create.add_argument("--org", action="append", help="limit the token to this org (repeatable)")
     create.add_argument("--format", choices=["toml", "yaml"], default="toml")
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
-    openapi.add_argument(
-        "--output", type=Path, help="write to this file instead of stdout"
-    )
+    openapi.add_argument("--output", type=Path, help="write to this file instead of stdout")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> Any:
     from .settings import Settings
 
-    given = {
-        field: getattr(args, field)
-        for field in _FLAGS
-        if getattr(args, field, None) is not None
-    }
+    given = {field: getattr(args, field) for field in _FLAGS if getattr(args, field, None) is not None}
     try:
         return Settings(**given)
     except ValidationError as exc:
         err = exc.errors()[0]
         field = str(err["loc"][0]) if err["loc"] else "settings"
-        where = (
-            _FLAGS.get(field, field) if field in given else f"CI_SIZER_{field.upper()}"
-        )
-        raise CliError(
-            f"{where}: {str(err['msg']).removeprefix('Value error, ')}"
-        ) from None
+        where = _FLAGS.get(field, field) if field in given else f"CI_SIZER_{field.upper()}"
+        raise CliError(f"{where}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
 def _serve(args: argparse.Namespace) -> None:
+    settings = settings_from(args)
+    import os
+
+    if settings.workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        # before anything imports the metrics: prometheus-client opens its files at import
+        _prepare_multiprocess(settings)
     import uvicorn
 
     from .auth import TokensFileError, load_tokens
     from .main import ExposureError, check_exposure, create_app, redacted
 
-    settings = settings_from(args)
     _configure_logging(settings.log_level)
     try:
         check_exposure(settings, load_tokens(settings.tokens_file))
     except (ExposureError, TokensFileError) as exc:
         raise CliError(str(exc)) from None
     _migrate(settings.database_url, "head", redacted(settings.database_url))
+    common: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "log_config": None,
+        "access_log": False,  # one JSON line per request comes from the app's own middleware
+        "proxy_headers": False,
+    }
+    if settings.workers == 1:
+        uvicorn.run(create_app(settings), **common)
+        return
     uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        log_config=None,
-        proxy_headers=False,
+        "service.main:create_app_from_env",
+        factory=True,
+        workers=settings.workers,
+        **common,
     )
+
+
+def _prepare_multiprocess(settings: Any) -> None:
+    """Workers are new processes: hand them the settings through CI_SIZER_* and give
+    prometheus-client an empty directory to share metrics through."""
+    import os
+    import shutil
+    import tempfile
+
+    for field in type(settings).model_fields:
+        value = getattr(settings, field)
+        if value is not None:
+            os.environ[f"CI_SIZER_{field.upper()}"] = str(value)
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="ci-sizer-metrics-")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.makedirs(directory)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
 
 
 def _migrate(database_url: str, revision: str, shown_url: str) -> None:
@@ -158,9 +163,7 @@ def _migrate(database_url: str, revision: str, shown_url: str) -> None:
     log.info("applying migrations to %s (target %s)", shown_url, revision)
     try:
         migrations.upgrade(database_url, revision)
-    except (
-        Exception
-    ) as exc:  # a database that cannot be reached or migrated: one clear line
+    except Exception as exc:  # a database that cannot be reached or migrated: one clear line
         raise CliError(
             f"migration failed on {shown_url}: {type(exc).__name__}: {_first_line(exc)}",
             code=1,
@@ -177,9 +180,7 @@ def _token_create(args: argparse.Namespace) -> None:
 
     secret = new_secret()
     roles = list(dict.fromkeys(args.role))
-    print(
-        f"secret (shown once; give it to the client as 'Authorization: Bearer <secret>'):\n{secret}\n"
-    )
+    print(f"secret (shown once; give it to the client as 'Authorization: Bearer <secret>'):\n{secret}\n")
     print(f"add this to the tokens file ({args.format.upper()}):")
     print(token_line(args.name, secret, roles, args.org, toml=args.format == "toml"))
 
@@ -196,10 +197,9 @@ def _openapi(args: argparse.Namespace) -> None:
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
+    from .observability import logs
+
+    logs.configure(level)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             _configure_logging(settings.log_level)
             from .main import redacted
 
-            _migrate(
-                settings.database_url, args.revision, redacted(settings.database_url)
-            )
+            _migrate(settings.database_url, args.revision, redacted(settings.database_url))
         elif args.command == "token" and args.token_command == "create":
             _token_create(args)
         elif args.command == "openapi":

@@ -107,24 +107,15 @@ def load_tokens(path: Path | None) -> TokenStore:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise TokensFileError(
-            f"cannot read tokens file {path}: {exc.strerror}"
-        ) from None
+        raise TokensFileError(f"cannot read tokens file {path}: {exc.strerror}") from None
     try:
-        raw: Any = (
-            tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-        )
+        raw: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise TokensFileError(
-            f"tokens file {path} does not parse: {type(exc).__name__}"
-        ) from None
+        raise TokensFileError(f"tokens file {path} does not parse: {type(exc).__name__}") from None
     try:
         parsed = TokensFile.model_validate(raw or {})
     except ValidationError as exc:
-        where = "; ".join(
-            ".".join(str(p) for p in e["loc"]) + ": " + e["msg"]
-            for e in exc.errors()[:3]
-        )
+        where = "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors()[:3])
         raise TokensFileError(f"tokens file {path} is invalid: {where}") from None
     names = [t.name for t in parsed.tokens]
     if len(set(names)) != len(names):
@@ -135,9 +126,7 @@ def load_tokens(path: Path | None) -> TokenStore:
         for r in t.roles:
             roles |= _IMPLIED[r]
         orgs = frozenset(t.orgs) if t.orgs is not None else None
-        store.entries.append(
-            (bytes.fromhex(t.sha256), Principal(t.name, frozenset(roles), orgs))
-        )
+        store.entries.append((bytes.fromhex(t.sha256), Principal(t.name, frozenset(roles), orgs)))
     return store
 
 
@@ -179,9 +168,7 @@ def _principal(request: Request) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, secret = header.partition(" ")
     if not header:
-        raise Unauthorized(
-            "a bearer token is required", headers={"WWW-Authenticate": _CHALLENGE}
-        )
+        raise Unauthorized("a bearer token is required", headers={"WWW-Authenticate": _CHALLENGE})
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthorized(
             "the Authorization header must be 'Bearer <token>'",

@@ -22,14 +22,10 @@ from sqlalchemy.ext.asyncio import (
 )
 
 
-def build_engine(
-    database_url: str, *, immediate: bool = False, **kwargs: Any
-) -> AsyncEngine:
+def build_engine(database_url: str, *, immediate: bool = False, **kwargs: Any) -> AsyncEngine:
     """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg)."""
     if database_url.startswith("sqlite"):
-        engine = create_async_engine(
-            database_url, connect_args={"timeout": 30}, **kwargs
-        )
+        engine = create_async_engine(database_url, connect_args={"timeout": 30}, **kwargs)
         begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
         @event.listens_for(engine.sync_engine, "connect")

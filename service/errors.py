@@ -15,6 +15,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from .observability.metrics import DATABASE_ERRORS, RUNS_INGESTED
+
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("ci_sizer.errors")
 
@@ -154,6 +156,8 @@ def validation_errors(raw: Sequence[Any]) -> list[dict[str, Any]]:
 def install_error_handlers(app: FastAPI) -> None:
     async def on_service_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ServiceError)
+        if isinstance(exc, Conflict) and request.url.path == "/api/v1/runs":
+            RUNS_INGESTED.labels(result="conflict").inc()
         return problem_response(
             exc.status,
             detail=exc.detail,
@@ -166,6 +170,8 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
         errors = validation_errors(exc.errors())
+        if request.url.path.startswith("/api/v1/runs"):
+            RUNS_INGESTED.labels(result="rejected").inc()
         fields = ", ".join(e["field"] for e in errors[:5])
         return problem_response(
             422,
@@ -187,6 +193,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def on_database_error(request: Request, exc: Exception) -> Response:
         # A database that does not answer is a 503 to retry, not a bug; the message may hold
         # connection details, so only the class name is logged.
+        DATABASE_ERRORS.inc()
         log.warning("database error on %s: %s", request.url.path, type(exc).__name__)
         return problem_response(
             503,

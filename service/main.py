@@ -3,6 +3,8 @@ and its pure-ASGI middleware."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +19,9 @@ from .api.paths import RawPathSegments
 from .auth import TokenStore, load_tokens
 from .db import build_engine, build_sessionmaker
 from .errors import PayloadTooLarge, install_error_handlers, problem_response
+from .observability.fleet import FleetTracker
+from .observability.metrics import RUNS_INGESTED, set_build_info
+from .observability.middleware import Observability
 from .settings import Settings, get_settings, is_loopback
 
 log = logging.getLogger("ci_sizer")
@@ -27,11 +32,7 @@ class ExposureError(RuntimeError):
 
 
 def check_exposure(settings: Settings, tokens: TokenStore) -> None:
-    if (
-        not tokens.enabled
-        and not is_loopback(settings.host)
-        and not settings.allow_anonymous
-    ):
+    if not tokens.enabled and not is_loopback(settings.host) and not settings.allow_anonymous:
         raise ExposureError(
             f"no tokens are configured (CI_SIZER_TOKENS_FILE) and --host {settings.host} is not a loopback "
             "address; configure tokens or pass --allow-anonymous"
@@ -51,11 +52,7 @@ class BodySizeLimit:
             await self.app(scope, receive, send)
             return
         declared = dict(scope["headers"]).get(b"content-length")
-        if (
-            declared is not None
-            and declared.isdigit()
-            and int(declared) > self.max_bytes
-        ):
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._reject(scope, send)
             return
         chunks: list[bytes] = []
@@ -89,6 +86,8 @@ class BodySizeLimit:
         await self.app(scope, replay, send)
 
     async def _reject(self, scope: Scope, send: Send) -> None:
+        if scope["path"].startswith("/api/v1/runs"):
+            RUNS_INGESTED.labels(result="rejected").inc()
         response = problem_response(
             413,
             detail=f"the request body exceeds {self.max_bytes} bytes",
@@ -114,14 +113,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_exposure(settings, tokens)
         engine = build_engine(settings.database_url)
-        write_engine = (
-            build_engine(settings.database_url, immediate=True)
-            if settings.is_sqlite
-            else engine
-        )
+        write_engine = build_engine(settings.database_url, immediate=True) if settings.is_sqlite else engine
         app.state.engine = engine
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
+        set_build_info(core.BACKEND)
+        flusher = asyncio.create_task(_flush_fleet(app, settings.fleet_flush_seconds))
         log.info(
             "ci-sizer %s starting: core backend=%s, database=%s, auth=%s",
             __version__,
@@ -136,6 +133,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            await app.state.fleet.flush(app.state.write_sessionmaker)
             await engine.dispose()
             if write_engine is not engine:
                 await write_engine.dispose()
@@ -148,8 +149,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.tokens = tokens
+    app.state.fleet = FleetTracker()
     install_error_handlers(app)
     app.include_router(api_router)
+    # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Observability)
     app.add_middleware(RawPathSegments)
     return app
+
+
+async def _flush_fleet(app: FastAPI, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        await app.state.fleet.flush(app.state.write_sessionmaker)
+
+
+def create_app_from_env() -> FastAPI:
+    """Factory for ``uvicorn --factory`` (several workers): settings from ``CI_SIZER_*``."""
+    from .observability import logs
+
+    settings = Settings()
+    logs.configure(settings.log_level)
+    return create_app(settings)

@@ -24,9 +24,7 @@ def alembic_dir() -> Path:
     for path in candidates:
         if (path / "env.py").is_file():
             return path
-    raise FileNotFoundError(
-        "cannot find the alembic/ migrations folder; set CI_SIZER_ALEMBIC_DIR"
-    )
+    raise FileNotFoundError("cannot find the alembic/ migrations folder; set CI_SIZER_ALEMBIC_DIR")
 
 
 def alembic_config(database_url: str) -> Config:

@@ -53,9 +53,7 @@ SQLModel.metadata = MetaData(naming_convention=NAMING_CONVENTION)
 #: An autoincrementing 64-bit key that stays SQLite's rowid alias.
 PK = BigInteger().with_variant(Integer(), "sqlite")
 NAME_MAX = 200
-MAX_MEMORY_BYTES = (
-    1 << 50
-)  # 1 PiB: bounds inputs so the integer arithmetic never overflows
+MAX_MEMORY_BYTES = 1 << 50  # 1 PiB: bounds inputs so the integer arithmetic never overflows
 MAX_CPU_MILLICORES = 1e9  # a million cores
 
 
@@ -81,20 +79,20 @@ def to_rfc3339(value: datetime | None) -> str | None:
 
 class Job(SQLModel, table=True):
     __tablename__ = "jobs"
-    __table_args__ = (
-        UniqueConstraint("org", "repo", "workflow", "job", name="uq_jobs_key"),
-    )
+    __table_args__ = (UniqueConstraint("org", "repo", "workflow", "job", name="uq_jobs_key"),)
 
-    id: int | None = SQLField(
-        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
-    )
+    id: int | None = SQLField(default=None, sa_column=Column(PK, primary_key=True, autoincrement=True))
     org: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     repo: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     workflow: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     job: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
-    created_at: datetime = SQLField(
-        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
-    )
+    created_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
+    # The latest recommendation's totals over its containers, for the fleet headroom gauges.
+    fleet_cpu_request_millicores: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    fleet_cpu_observed_millicores: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    fleet_memory_request_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    fleet_memory_observed_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    fleet_updated_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
 
 
 class Run(SQLModel, table=True):
@@ -106,42 +104,24 @@ class Run(SQLModel, table=True):
         Index("ix_runs_job_clean_history", "job_id", "clean", "finished_at", "id"),
     )
 
-    id: int | None = SQLField(
-        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
-    )
-    job_id: int = SQLField(
-        sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
-    )
+    id: int | None = SQLField(default=None, sa_column=Column(PK, primary_key=True, autoincrement=True))
+    job_id: int = SQLField(sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False))
     run_id: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
-    started_at: datetime | None = SQLField(
-        default=None, sa_column=Column(DateTime(), nullable=True)
-    )
+    started_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
     finished_at: datetime = SQLField(sa_column=Column(DateTime(), nullable=False))
-    ingested_at: datetime = SQLField(
-        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
-    )
-    node_memory_bytes: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
-    pod_memory_peak_bytes: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
+    ingested_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
+    node_memory_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    pod_memory_peak_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     clean: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
     content_hash: str = SQLField(sa_column=Column(String(64), nullable=False))
 
 
 class RunContainer(SQLModel, table=True):
     __tablename__ = "run_containers"
-    __table_args__ = (
-        UniqueConstraint("run_pk", "name", name="uq_run_containers_run_name"),
-    )
+    __table_args__ = (UniqueConstraint("run_pk", "name", name="uq_run_containers_run_name"),)
 
-    id: int | None = SQLField(
-        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
-    )
-    run_pk: int = SQLField(
-        sa_column=Column(PK, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False)
-    )
+    id: int | None = SQLField(default=None, sa_column=Column(PK, primary_key=True, autoincrement=True))
+    run_pk: int = SQLField(sa_column=Column(PK, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False))
     position: int = SQLField(sa_column=Column(Integer(), nullable=False))
     name: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     cpu_peak: float = SQLField(sa_column=Column(Float(), nullable=False))
@@ -151,15 +131,9 @@ class RunContainer(SQLModel, table=True):
     cpu_p50: float = SQLField(sa_column=Column(Float(), nullable=False))
     cpu_avg: float = SQLField(sa_column=Column(Float(), nullable=False))
     memory_peak_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
-    memory_limit_bytes: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
-    oom_killed: bool | None = SQLField(
-        default=None, sa_column=Column(Boolean(), nullable=True)
-    )
-    oom_kill_events: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
+    memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    oom_killed: bool | None = SQLField(default=None, sa_column=Column(Boolean(), nullable=True))
+    oom_kill_events: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     oom_suspect: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
 
 
@@ -167,42 +141,22 @@ class Override(SQLModel, table=True):
     """A pin at one scope; levels below the scope are stored as '' (names are never empty, I3)."""
 
     __tablename__ = "overrides"
-    __table_args__ = (
-        UniqueConstraint("org", "repo", "workflow", "job", name="uq_overrides_scope"),
-    )
+    __table_args__ = (UniqueConstraint("org", "repo", "workflow", "job", name="uq_overrides_scope"),)
 
-    id: int | None = SQLField(
-        default=None, sa_column=Column(PK, primary_key=True, autoincrement=True)
-    )
+    id: int | None = SQLField(default=None, sa_column=Column(PK, primary_key=True, autoincrement=True))
     scope: str = SQLField(sa_column=Column(String(16), nullable=False))
     org: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     repo: str = SQLField(default="", sa_column=Column(String(NAME_MAX), nullable=False))
-    workflow: str = SQLField(
-        default="", sa_column=Column(String(NAME_MAX), nullable=False)
-    )
+    workflow: str = SQLField(default="", sa_column=Column(String(NAME_MAX), nullable=False))
     job: str = SQLField(default="", sa_column=Column(String(NAME_MAX), nullable=False))
-    cpu_request_millicores: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
-    cpu_limit_millicores: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
-    memory_request_bytes: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
-    memory_limit_bytes: int | None = SQLField(
-        default=None, sa_column=Column(BigInteger(), nullable=True)
-    )
+    cpu_request_millicores: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    cpu_limit_millicores: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    memory_request_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     reason: str | None = SQLField(default=None, sa_column=Column(Text(), nullable=True))
-    expires_at: datetime | None = SQLField(
-        default=None, sa_column=Column(DateTime(), nullable=True)
-    )
-    created_at: datetime = SQLField(
-        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
-    )
-    updated_at: datetime = SQLField(
-        default_factory=utcnow, sa_column=Column(DateTime(), nullable=False)
-    )
+    expires_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
+    created_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
+    updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
     updated_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     version: int = SQLField(default=1, sa_column=Column(Integer(), nullable=False))
 
@@ -221,9 +175,7 @@ Name = Annotated[
     StringConstraints(min_length=1, max_length=NAME_MAX),
     AfterValidator(_no_control_chars),
 ]
-CpuValue = Annotated[
-    float, Field(strict=True, ge=0, le=MAX_CPU_MILLICORES, allow_inf_nan=False)
-]
+CpuValue = Annotated[float, Field(strict=True, ge=0, le=MAX_CPU_MILLICORES, allow_inf_nan=False)]
 MemoryBytes = Annotated[int, Field(strict=True, ge=0, le=MAX_MEMORY_BYTES)]
 STAT_NAMES = ("peak", "p99", "p95", "p75", "p50", "avg")
 CpuPercentile = Literal["peak", "p99", "p95", "p75", "p50", "avg"]
@@ -254,27 +206,17 @@ class CpuStats(_Strict):
 
 class ContainerCreate(_Strict):
     name: Name
-    cpu_samples_millicores: list[CpuValue] | None = Field(
-        default=None, min_length=1, max_length=100_000
-    )
+    cpu_samples_millicores: list[CpuValue] | None = Field(default=None, min_length=1, max_length=100_000)
     cpu_stats_millicores: CpuStats | None = None
-    memory_peak_bytes: MemoryBytes = Field(
-        description="peak working set (rule I5a), not memory.peak"
-    )
-    memory_limit_bytes: (
-        Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None
-    ) = None
+    memory_peak_bytes: MemoryBytes = Field(description="peak working set (rule I5a), not memory.peak")
+    memory_limit_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None = None
     oom_killed: Annotated[bool, Field(strict=True)] | None = None
-    oom_kill_events: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = (
-        None
-    )
+    oom_kill_events: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 
     @model_validator(mode="after")
     def _one_cpu_source(self) -> ContainerCreate:
         if (self.cpu_samples_millicores is None) == (self.cpu_stats_millicores is None):
-            raise ValueError(
-                "give exactly one of cpu_samples_millicores or cpu_stats_millicores"
-            )
+            raise ValueError("give exactly one of cpu_samples_millicores or cpu_stats_millicores")
         return self
 
 
@@ -288,9 +230,7 @@ class RunCreate(_Strict):
     run_id: Name
     started_at: datetime | None = None
     finished_at: datetime
-    node_memory_bytes: (
-        Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None
-    ) = None
+    node_memory_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None = None
     pod_memory_peak_bytes: MemoryBytes | None = None
     containers: list[ContainerCreate] = Field(min_length=1, max_length=64)
 

@@ -48,9 +48,7 @@ def parse_quantity(text: str) -> Fraction:
         raise QuantityError("a quantity must be a string")
     m = _QUANTITY.fullmatch(text)
     if m is None:
-        raise QuantityError(
-            f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 1.5Gi, 129M)"
-        )
+        raise QuantityError(f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 1.5Gi, 129M)")
     value = Fraction(m["num"])
     suffix = m["suffix"] or ""
     if suffix in _BINARY:

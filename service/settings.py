@@ -49,13 +49,13 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=1, le=65535)
     cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
     memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
-    max_memory: int | None = Field(
-        default=None, description="node ceiling in bytes (rule S15)"
-    )
+    max_memory: int | None = Field(default=None, description="node ceiling in bytes (rule S15)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     tokens_file: Path | None = None
     allow_anonymous: bool = False
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    workers: int = Field(default=1, ge=1, le=64)
+    fleet_flush_seconds: float = Field(default=10.0, gt=0)
 
     @field_validator("database_url")
     @classmethod

@@ -38,9 +38,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         server = acquire()
     except RuntimeError as exc:
         if REQUIRE_POSTGRES:
-            pytest.fail(
-                f"PostgreSQL is required (CI_SIZER_REQUIRE_POSTGRES=1) but none could be had: {exc}"
-            )
+            pytest.fail(f"PostgreSQL is required (CI_SIZER_REQUIRE_POSTGRES=1) but none could be had: {exc}")
         pytest.skip(f"no PostgreSQL: {exc}")
     yield server
     server.close()
@@ -66,16 +64,10 @@ def postgresql_database(postgres_server: PostgresServer) -> Iterator[str]:
     """A fresh database on the server, migrated to head, dropped at the end."""
     name = f"ci_sizer_test_{uuid.uuid4().hex[:12]}"
     asyncio.run(_admin(postgres_server.url, f'CREATE DATABASE "{name}"'))
-    url = (
-        make_url(postgres_server.url)
-        .set(database=name)
-        .render_as_string(hide_password=False)
-    )
+    url = make_url(postgres_server.url).set(database=name).render_as_string(hide_password=False)
     migrations.upgrade(url)
     yield url
-    asyncio.run(
-        _admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    )
+    asyncio.run(_admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(scope="session")
@@ -116,9 +108,7 @@ def make_client(db_url: str) -> ClientFactory:
         app = create_app(Settings(database_url=db_url, **settings))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://testserver"
-            ) as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
                 client.app = app  # type: ignore[attr-defined]
                 yield client
 

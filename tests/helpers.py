@@ -35,9 +35,7 @@ def container(
     elif isinstance(cpu, dict):
         c["cpu_stats_millicores"] = cpu
     else:
-        c["cpu_stats_millicores"] = dict.fromkeys(
-            ("peak", "p99", "p95", "p75", "p50", "avg"), cpu
-        )
+        c["cpu_stats_millicores"] = dict.fromkeys(("peak", "p99", "p95", "p75", "p50", "avg"), cpu)
     if limit is not None:
         c["memory_limit_bytes"] = limit
     if oom_killed is not None:
@@ -47,9 +45,7 @@ def container(
     return c
 
 
-def run(
-    n: int, *containers: dict[str, Any], job: dict[str, str] | None = None, **extra: Any
-) -> dict[str, Any]:
+def run(n: int, *containers: dict[str, Any], job: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
     """Run number ``n`` of the job, finished ``n`` minutes after T0 (higher n = newer)."""
     body: dict[str, Any] = {
         **(job or JOB),
@@ -63,9 +59,7 @@ def run(
 
 def sizing_path(job: dict[str, str] | None = None) -> str:
     j = job or JOB
-    return "/api/v1/sizing/" + "/".join(
-        quote(j[k], safe="") for k in ("org", "repo", "workflow", "job")
-    )
+    return "/api/v1/sizing/" + "/".join(quote(j[k], safe="") for k in ("org", "repo", "workflow", "job"))
 
 
 async def post_runs(client: httpx.AsyncClient, *bodies: dict[str, Any]) -> None:
@@ -74,9 +68,7 @@ async def post_runs(client: httpx.AsyncClient, *bodies: dict[str, Any]) -> None:
         assert r.status_code == 201, r.text
 
 
-async def sizing(
-    client: httpx.AsyncClient, job: dict[str, str] | None = None, **params: Any
-) -> dict[str, Any]:
+async def sizing(client: httpx.AsyncClient, job: dict[str, str] | None = None, **params: Any) -> dict[str, Any]:
     r = await client.get(sizing_path(job), params=params)
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()

@@ -22,9 +22,7 @@ def find_pg_bin(name: str) -> str | None:
     found = shutil.which(name)
     if found:
         return found
-    for candidate in sorted(
-        glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True
-    ):
+    for candidate in sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True):
         return candidate
     return None
 
@@ -39,9 +37,7 @@ def free_port() -> int:
 class ThrowawayCluster:
     """A PostgreSQL cluster in a temp dir, trust auth on 127.0.0.1, removed on ``stop``."""
 
-    root: Path = field(
-        default_factory=lambda: Path(tempfile.mkdtemp(prefix="ci-sizer-pg-"))
-    )
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="ci-sizer-pg-")))
     port: int = field(default_factory=free_port)
     user: str | None = None
 
@@ -66,9 +62,7 @@ class ThrowawayCluster:
     def start(self) -> ThrowawayCluster:
         initdb, pg_ctl = find_pg_bin("initdb"), find_pg_bin("pg_ctl")
         if not initdb or not pg_ctl:
-            raise RuntimeError(
-                "initdb/pg_ctl not found on PATH or under /usr/lib/postgresql/*/bin"
-            )
+            raise RuntimeError("initdb/pg_ctl not found on PATH or under /usr/lib/postgresql/*/bin")
         if os.geteuid() == 0:  # initdb refuses to run as root
             for candidate in ("postgres", "nobody"):
                 try:
@@ -153,17 +147,13 @@ def acquire() -> PostgresServer:
 
     url = os.environ.get("CI_SIZER_TEST_DATABASE_URL")
     if url:
-        return PostgresServer(
-            url=normalize_database_url(url), origin="CI_SIZER_TEST_DATABASE_URL"
-        )
+        return PostgresServer(url=normalize_database_url(url), origin="CI_SIZER_TEST_DATABASE_URL")
     reasons = []
     if docker_answers():
         try:
             from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
 
-            container = PostgresContainer(
-                "postgres:16-alpine", driver="asyncpg"
-            ).start()
+            container = PostgresContainer("postgres:16-alpine", driver="asyncpg").start()
             return PostgresServer(
                 url=container.get_connection_url(),
                 container=container,

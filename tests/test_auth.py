@@ -45,9 +45,7 @@ def write_tokens(path: Path) -> Path:
 
 @pytest.fixture
 async def secured(make_client: Any, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with make_client(
-        tokens_file=write_tokens(tmp_path / "tokens.toml")
-    ) as client:
+    async with make_client(tokens_file=write_tokens(tmp_path / "tokens.toml")) as client:
         yield client
 
 
@@ -98,9 +96,7 @@ def headers_for(caller: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("caller", CALLERS)
 @pytest.mark.parametrize("endpoint", list(ENDPOINTS))
-async def test_access_matrix(
-    secured: httpx.AsyncClient, endpoint: str, caller: str
-) -> None:
+async def test_access_matrix(secured: httpx.AsyncClient, endpoint: str, caller: str) -> None:
     method, path, body = ENDPOINTS[endpoint]
     r = await secured.request(method, path, json=body, headers=headers_for(caller))
     expected = MATRIX[endpoint][CALLERS.index(caller)]
@@ -141,25 +137,17 @@ async def test_limited_token_lists_only_its_orgs(secured: httpx.AsyncClient) -> 
 
 
 async def test_updated_by_is_the_token_name(secured: httpx.AsyncClient) -> None:
-    r = await secured.put(
-        OVR, json={"memory_limit": "2Gi"}, headers=headers_for("admin")
-    )
+    r = await secured.put(OVR, json={"memory_limit": "2Gi"}, headers=headers_for("admin"))
     assert r.json()["updated_by"] == "operator"
 
 
-@pytest.mark.parametrize(
-    "header", ["Basic abc", "Bearer", "Bearer   ", "cis_admin-secret"]
-)
-async def test_malformed_authorization_is_401(
-    secured: httpx.AsyncClient, header: str
-) -> None:
+@pytest.mark.parametrize("header", ["Basic abc", "Bearer", "Bearer   ", "cis_admin-secret"])
+async def test_malformed_authorization_is_401(secured: httpx.AsyncClient, header: str) -> None:
     r = await secured.get(sizing_path(), headers={"Authorization": header})
     assert r.status_code == 401
 
 
-async def test_secrets_never_logged(
-    secured: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_secrets_never_logged(secured: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     await secured.get(sizing_path(), headers=headers_for("read"))
     await secured.get(sizing_path(), headers={"Authorization": "Bearer cis_guess"})
@@ -175,14 +163,10 @@ def test_open_mode_only_on_loopback(tmp_path: Path) -> None:
     with pytest.raises(ExposureError, match="--allow-anonymous"):
         check_exposure(Settings(host="0.0.0.0"), no_tokens)
     check_exposure(Settings(host="0.0.0.0", allow_anonymous=True), no_tokens)
-    check_exposure(
-        Settings(host="0.0.0.0"), load_tokens(write_tokens(tmp_path / "t.toml"))
-    )
+    check_exposure(Settings(host="0.0.0.0"), load_tokens(write_tokens(tmp_path / "t.toml")))
 
 
-async def test_startup_log_says_open_mode(
-    make_client: Any, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_startup_log_says_open_mode(make_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="ci_sizer")
     async with make_client():
         pass
@@ -203,9 +187,7 @@ async def test_startup_log_says_open_mode(
         ),
     ],
 )
-def test_bad_tokens_file_is_a_clear_error(
-    tmp_path: Path, content: str, suffix: str, needle: str
-) -> None:
+def test_bad_tokens_file_is_a_clear_error(tmp_path: Path, content: str, suffix: str, needle: str) -> None:
     from service.auth import TokensFileError
 
     path = tmp_path / f"tokens{suffix}"

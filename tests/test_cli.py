@@ -15,9 +15,7 @@ from service.__main__ import build_parser, main
 from service.auth import load_tokens
 
 
-def run_cli(
-    *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     import os
 
     return subprocess.run(
@@ -51,9 +49,7 @@ def test_version() -> None:
         (["serve", "--no-such-flag"], {}, "unrecognized"),
     ],
 )
-def test_bad_values_exit_non_zero_with_one_clear_line(
-    args: list[str], env: dict[str, str], needle: str
-) -> None:
+def test_bad_values_exit_non_zero_with_one_clear_line(args: list[str], env: dict[str, str], needle: str) -> None:
     r = run_cli(*args, env=env)
     assert r.returncode != 0
     lines = r.stderr.strip().splitlines()
@@ -72,15 +68,9 @@ def test_migrate_creates_the_sqlite_file(tmp_path: Path) -> None:
 
 
 def test_migrate_unreachable_database_is_one_line(tmp_path: Path) -> None:
-    r = run_cli(
-        "migrate", "--database-url", "postgresql://nobody:secret-pw@127.0.0.1:1/x"
-    )
+    r = run_cli("migrate", "--database-url", "postgresql://nobody:secret-pw@127.0.0.1:1/x")
     assert r.returncode == 1
-    assert (
-        r.stderr.strip()
-        .splitlines()[-1]
-        .startswith("ci-sizer: error: migration failed")
-    )
+    assert r.stderr.strip().splitlines()[-1].startswith("ci-sizer: error: migration failed")
     assert "secret-pw" not in r.stderr  # the password never reaches the output
 
 
@@ -148,13 +138,7 @@ def test_compose_service_command_exists_in_cli(repo_root: Path) -> None:
 
 
 def test_compose_config_accepts_the_file(repo_root: Path) -> None:
-    if (
-        shutil.which("docker")
-        and subprocess.run(
-            ["docker", "compose", "version"], capture_output=True
-        ).returncode
-        == 0
-    ):
+    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         cmd = ["docker", "compose", "config", "-q"]
     elif shutil.which("docker-compose"):
         cmd = ["docker-compose", "config", "-q"]

@@ -12,9 +12,7 @@ from service.quantity import parse_memory_bytes
 
 from .helpers import container, post_runs, run, sizing
 
-SCENARIOS: list[dict[str, Any]] = yaml.safe_load(
-    (Path(__file__).parent / "golden" / "sizing.yaml").read_text()
-)
+SCENARIOS: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "golden" / "sizing.yaml").read_text())
 
 
 def _mem(value: Any) -> int:
@@ -65,13 +63,9 @@ async def test_golden(make_client: Any, scenario: dict[str, Any]) -> None:
     for name, want in expect["containers"].items():
         c = got[name]
         if "cpu" in want:
-            assert [c["cpu"]["request"], c["cpu"]["limit"]] == [
-                str(v) for v in want["cpu"]
-            ], (name, "cpu")
+            assert [c["cpu"]["request"], c["cpu"]["limit"]] == [str(v) for v in want["cpu"]], (name, "cpu")
         if "mem" in want:
-            assert [c["memory"]["request"], c["memory"]["limit"]] == [
-                str(v) for v in want["mem"]
-            ], (name, "memory")
+            assert [c["memory"]["request"], c["memory"]["limit"]] == [str(v) for v in want["mem"]], (name, "memory")
             assert c["memory"]["limit_bytes"] == _mem(want["mem"][1])
         if "oom" in want:
             assert [c["oom"]["consecutive"], c["oom"]["capped"]] == want["oom"], (

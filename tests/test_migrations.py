@@ -56,14 +56,6 @@ def test_postgresql_upgrade_downgrade(postgres_server: PostgresServer) -> None:
     name = f"ci_sizer_mig_{uuid.uuid4().hex[:10]}"
     asyncio.run(_admin(postgres_server.url, f'CREATE DATABASE "{name}"'))
     try:
-        _round_trip(
-            make_url(postgres_server.url)
-            .set(database=name)
-            .render_as_string(hide_password=False)
-        )
+        _round_trip(make_url(postgres_server.url).set(database=name).render_as_string(hide_password=False))
     finally:
-        asyncio.run(
-            _admin(
-                postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
-            )
-        )
+        asyncio.run(_admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

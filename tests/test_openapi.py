@@ -12,9 +12,7 @@ from service.settings import Settings
 def test_openapi_document_matches_the_app(repo_root: Path) -> None:
     committed = json.loads((repo_root / "openapi" / "openapi.json").read_text())
     live = create_app(Settings()).openapi()
-    assert committed == json.loads(json.dumps(live)), (
-        "regenerate with: ci-sizer openapi --output openapi/openapi.json"
-    )
+    assert committed == json.loads(json.dumps(live)), "regenerate with: ci-sizer openapi --output openapi/openapi.json"
 
 
 def test_every_error_is_problem_json() -> None:

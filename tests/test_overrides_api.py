@@ -20,9 +20,7 @@ PATHS = {"org": ORG, "repo": REPO, "workflow": WORKFLOW, "job": JOB_PATH}
 
 async def test_create_replace_get_delete(client: httpx.AsyncClient) -> None:
     # rule O5
-    r = await client.put(
-        JOB_PATH, json={"memory_limit": "8Gi", "reason": "known heavy"}
-    )
+    r = await client.put(JOB_PATH, json={"memory_limit": "8Gi", "reason": "known heavy"})
     assert r.status_code == 201
     created = r.json()
     assert created["scope"] == "job"
@@ -82,16 +80,12 @@ async def test_invalid_override_is_422_and_stores_nothing(
 
 
 async def test_etags(client: httpx.AsyncClient) -> None:
-    r = await client.put(
-        ORG, json={"memory_limit": "8Gi"}, headers={"If-None-Match": "*"}
-    )
+    r = await client.put(ORG, json={"memory_limit": "8Gi"}, headers={"If-None-Match": "*"})
     assert r.status_code == 201
     etag = r.headers["ETag"]
     assert etag.startswith('"')  # strong
     # If-None-Match: * makes a PUT create-only
-    r = await client.put(
-        ORG, json={"memory_limit": "4Gi"}, headers={"If-None-Match": "*"}
-    )
+    r = await client.put(ORG, json={"memory_limit": "4Gi"}, headers={"If-None-Match": "*"})
     assert r.status_code == 412
     # If-Match with the current ETag replaces; the old ETag is stale afterwards
     r = await client.put(ORG, json={"memory_limit": "4Gi"}, headers={"If-Match": etag})
@@ -104,11 +98,7 @@ async def test_etags(client: httpx.AsyncClient) -> None:
     current = (await client.get(ORG)).headers["ETag"]
     assert (await client.delete(ORG, headers={"If-Match": current})).status_code == 204
     # If-Match on nothing fails
-    assert (
-        await client.put(
-            ORG, json={"memory_limit": "1Gi"}, headers={"If-Match": current}
-        )
-    ).status_code == 412
+    assert (await client.put(ORG, json={"memory_limit": "1Gi"}, headers={"If-Match": current})).status_code == 412
 
 
 async def test_list_filters_pagination_and_link(client: httpx.AsyncClient) -> None:
@@ -116,13 +106,9 @@ async def test_list_filters_pagination_and_link(client: httpx.AsyncClient) -> No
     for org in ("a", "b", "c"):
         for repo in ("r1", "r2"):
             assert (
-                await client.put(
-                    f"/api/v1/sizing/overrides/{org}/{repo}", json={"cpu_limit": "1"}
-                )
+                await client.put(f"/api/v1/sizing/overrides/{org}/{repo}", json={"cpu_limit": "1"})
             ).status_code == 201
-    assert (
-        await client.put("/api/v1/sizing/overrides/a", json={"cpu_limit": "2"})
-    ).status_code == 201
+    assert (await client.put("/api/v1/sizing/overrides/a", json={"cpu_limit": "2"})).status_code == 201
     seen: list[tuple[str, str | None]] = []
     url: str | None = "/api/v1/sizing/overrides?limit=2"
     pages = 0
@@ -156,9 +142,7 @@ async def test_list_filters_pagination_and_link(client: httpx.AsyncClient) -> No
     assert [(o["org"], o["repo"]) for o in r.json()["items"]] == [("b", "r2")]
     bad = await client.get("/api/v1/sizing/overrides", params={"cursor": "garbage!"})
     assert bad.status_code == 422
-    assert (
-        await client.get("/api/v1/sizing/overrides", params={"limit": 501})
-    ).status_code == 422
+    assert (await client.get("/api/v1/sizing/overrides", params={"limit": 501})).status_code == 422
 
 
 async def test_expired_override_is_listed_but_not_applied(
@@ -166,16 +150,9 @@ async def test_expired_override_is_listed_but_not_applied(
 ) -> None:
     past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
     future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
-    assert (
-        await client.put(ORG, json={"memory_limit": "8Gi", "expires_at": past})
-    ).status_code == 201
-    assert (
-        await client.put(REPO, json={"cpu_limit": "3", "expires_at": future})
-    ).status_code == 201
-    listed = {
-        o["scope"]: o
-        for o in (await client.get("/api/v1/sizing/overrides")).json()["items"]
-    }
+    assert (await client.put(ORG, json={"memory_limit": "8Gi", "expires_at": past})).status_code == 201
+    assert (await client.put(REPO, json={"cpu_limit": "3", "expires_at": future})).status_code == 201
+    listed = {o["scope"]: o for o in (await client.get("/api/v1/sizing/overrides")).json()["items"]}
     assert listed["org"]["expired"] is True
     assert listed["repo"]["expired"] is False
     c = (await sizing(client))["containers"][0]
@@ -196,14 +173,10 @@ FIELD_BODY = {
 
 @pytest.mark.parametrize("scope", ["org", "repo", "workflow", "job"])
 @pytest.mark.parametrize("field", list(FIELD_BODY))
-async def test_each_field_pinned_at_each_scope(
-    make_client: Any, scope: str, field: str
-) -> None:
+async def test_each_field_pinned_at_each_scope(make_client: Any, scope: str, field: str) -> None:
     # rules O2, O4, S17: the pinned field comes from its scope, as is; the others stay computed
     async with make_client(memory_qos="burstable") as client:
-        await post_runs(
-            client, *(run(n, container(cpu=400, mem=700 * MIB)) for n in (1, 2, 3))
-        )
+        await post_runs(client, *(run(n, container(cpu=400, mem=700 * MIB)) for n in (1, 2, 3)))
         before = (await sizing(client))["containers"][0]
         kind, part, value = FIELD_BODY[field]
         assert (await client.put(PATHS[scope], json={field: value})).status_code == 201
@@ -224,12 +197,8 @@ async def test_gaps_filled_from_parents_most_specific_wins(
     client: httpx.AsyncClient,
 ) -> None:
     # rule O2: field by field; job beats org for the same field, org fills what job leaves
-    await post_runs(
-        client, *(run(n, container(cpu=400, mem=700 * MIB)) for n in (1, 2, 3))
-    )
-    assert (
-        await client.put(ORG, json={"memory_limit": "8Gi", "cpu_limit": "4"})
-    ).status_code == 201
+    await post_runs(client, *(run(n, container(cpu=400, mem=700 * MIB)) for n in (1, 2, 3)))
+    assert (await client.put(ORG, json={"memory_limit": "8Gi", "cpu_limit": "4"})).status_code == 201
     assert (await client.put(JOB_PATH, json={"cpu_limit": "2"})).status_code == 201
     answer = await sizing(client)
     c = answer["containers"][0]
@@ -277,9 +246,7 @@ async def test_conflict_more_specific_limit_lowers_request(
 
 async def test_conflict_pin_beats_algorithm(client: httpx.AsyncClient) -> None:
     # rule O3: the algorithm is the least specific source. Computed CPU 720m/1; org limit 500m
-    await post_runs(
-        client, *(run(n, container(cpu=600, mem=700 * MIB)) for n in (1, 2, 3))
-    )
+    await post_runs(client, *(run(n, container(cpu=600, mem=700 * MIB)) for n in (1, 2, 3)))
     assert (await client.put(ORG, json={"cpu_limit": "500m"})).status_code == 201
     c = (await sizing(client))["containers"][0]
     assert (c["cpu"]["request"], c["cpu"]["limit"]) == ("500m", "500m")
@@ -332,9 +299,7 @@ async def test_other_jobs_are_not_affected(client: httpx.AsyncClient) -> None:
 
 
 async def test_concurrent_puts_leave_one_row(client: httpx.AsyncClient) -> None:
-    answers = await asyncio.gather(
-        *(client.put(JOB_PATH, json={"cpu_limit": f"{n + 1}"}) for n in range(10))
-    )
+    answers = await asyncio.gather(*(client.put(JOB_PATH, json={"cpu_limit": f"{n + 1}"}) for n in range(10)))
     codes = sorted(a.status_code for a in answers)
     assert codes.count(201) == 1, codes
     assert codes.count(200) == 9, codes

@@ -112,9 +112,7 @@ def test_format_memory(num_bytes: int, text: str) -> None:
 
 
 digits = st.text("0123456789", min_size=1, max_size=6)
-suffixes = st.sampled_from(
-    ["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti", "e3", "E2", "e-2", "u", "n"]
-)
+suffixes = st.sampled_from(["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti", "e3", "E2", "e-2", "u", "n"])
 
 
 @st.composite

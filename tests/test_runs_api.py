@@ -18,9 +18,7 @@ async def count_runs(client: httpx.AsyncClient) -> int:
 
 async def test_new_run_is_created_and_reduced(client: httpx.AsyncClient) -> None:
     # rule I2: samples reduced to the six stats; rule I4: a new run answers 201
-    r = await client.post(
-        "/api/v1/runs", json=run(1, container(cpu=[4.0, 1.0, 5.5, 3.0, 2.0]))
-    )
+    r = await client.post("/api/v1/runs", json=run(1, container(cpu=[4.0, 1.0, 5.5, 3.0, 2.0])))
     assert r.status_code == 201
     body = r.json()
     assert body["result"] == "created"
@@ -48,9 +46,7 @@ async def test_same_run_other_content_is_409_and_changes_nothing(
     client: httpx.AsyncClient,
 ) -> None:
     # rule I4
-    assert (
-        await client.post("/api/v1/runs", json=run(1, container(mem=100 * MIB)))
-    ).status_code == 201
+    assert (await client.post("/api/v1/runs", json=run(1, container(mem=100 * MIB)))).status_code == 201
     r = await client.post("/api/v1/runs", json=run(1, container(mem=200 * MIB)))
     assert r.status_code == 409
     assert r.headers["content-type"] == "application/problem+json"
@@ -63,9 +59,7 @@ async def test_concurrent_posts_of_one_run_store_it_once(
 ) -> None:
     # rule I4 under concurrency: exactly one 201, the rest 200
     body = run(1)
-    answers = await asyncio.gather(
-        *(client.post("/api/v1/runs", json=body) for _ in range(8))
-    )
+    answers = await asyncio.gather(*(client.post("/api/v1/runs", json=body) for _ in range(8)))
     codes = sorted(a.status_code for a in answers)
     assert codes.count(201) == 1, codes
     assert codes.count(200) == 7, codes
@@ -96,9 +90,7 @@ async def test_oom_suspect_runs_are_reported(
 
 async def test_peak_just_under_95_percent_is_clean(client: httpx.AsyncClient) -> None:
     # rule S1: 94.9% of the limit is not suspect
-    r = await client.post(
-        "/api/v1/runs", json=run(1, container(mem=949 * MIB, limit=1000 * MIB))
-    )
+    r = await client.post("/api/v1/runs", json=run(1, container(mem=949 * MIB, limit=1000 * MIB)))
     assert r.json()["clean"] is True
 
 
@@ -107,12 +99,8 @@ def _bad_bodies() -> list[tuple[str, dict[str, Any], str]]:
     both["cpu_samples_millicores"] = [1.0]
     neither = container()
     del neither["cpu_stats_millicores"]
-    unordered = container(
-        cpu={"peak": 10, "p99": 20, "p95": 5, "p75": 4, "p50": 3, "avg": 2}
-    )
-    avg_high = container(
-        cpu={"peak": 10, "p99": 9, "p95": 8, "p75": 7, "p50": 6, "avg": 11}
-    )
+    unordered = container(cpu={"peak": 10, "p99": 20, "p95": 5, "p75": 4, "p50": 3, "avg": 2})
+    avg_high = container(cpu={"peak": 10, "p99": 9, "p95": 8, "p75": 7, "p50": 6, "avg": 11})
     negative = container(cpu=[-1.0])
     too_many_samples = container(cpu=[1.0] * 100_001)
     return [
@@ -152,9 +140,7 @@ def _bad_bodies() -> list[tuple[str, dict[str, Any], str]]:
     ]
 
 
-@pytest.mark.parametrize(
-    ("why", "body", "field"), _bad_bodies(), ids=[b[0] for b in _bad_bodies()]
-)
+@pytest.mark.parametrize(("why", "body", "field"), _bad_bodies(), ids=[b[0] for b in _bad_bodies()])
 async def test_bad_input_is_422_and_stores_nothing(
     client: httpx.AsyncClient, why: str, body: dict[str, Any], field: str
 ) -> None:
@@ -169,17 +155,13 @@ async def test_bad_input_is_422_and_stores_nothing(
 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
-async def test_nan_and_infinity_are_rejected(
-    client: httpx.AsyncClient, literal: str
-) -> None:
+async def test_nan_and_infinity_are_rejected(client: httpx.AsyncClient, literal: str) -> None:
     # rule I1: finite values only
     raw = (
         '{"org":"a","repo":"b","workflow":"c","job":"d","run_id":"1","finished_at":"2026-11-20T10:00:00Z",'
         f'"containers":[{{"name":"x","cpu_samples_millicores":[1, {literal}],"memory_peak_bytes":1}}]}}'
     )
-    r = await client.post(
-        "/api/v1/runs", content=raw, headers={"content-type": "application/json"}
-    )
+    r = await client.post("/api/v1/runs", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 422
     assert await count_runs(client) == 0
 
@@ -193,9 +175,7 @@ async def test_body_over_10_mib_is_413(client: httpx.AsyncClient) -> None:
         f'"containers":[{{"name":"build","cpu_samples_millicores":[{samples}],"memory_peak_bytes":1}}]}}'
     )
     assert len(raw) > 10 * 1024 * 1024
-    r = await client.post(
-        "/api/v1/runs", content=raw, headers={"content-type": "application/json"}
-    )
+    r = await client.post("/api/v1/runs", content=raw, headers={"content-type": "application/json"})
     assert r.status_code == 413
     assert r.headers["content-type"] == "application/problem+json"
     assert await count_runs(client) == 0
@@ -215,9 +195,7 @@ async def test_batch_answers_each_run_by_index(client: httpx.AsyncClient) -> Non
     bad = run(2)
     del bad["finished_at"]
     conflicting = run(1, container(mem=GIB))
-    r = await client.post(
-        "/api/v1/runs:batch", json={"runs": [run(1), bad, run(3), run(1), conflicting]}
-    )
+    r = await client.post("/api/v1/runs:batch", json={"runs": [run(1), bad, run(3), run(1), conflicting]})
     assert r.status_code == 200
     body = r.json()
     assert [x["status"] for x in body["results"]] == [201, 422, 201, 200, 409]

@@ -139,9 +139,7 @@ async def test_runs_window_and_more_runs_than_history(
     client: httpx.AsyncClient,
 ) -> None:
     # rule S5: runs=1 analyses only the newest clean run; runs=100 with 4 clean runs analyses 4
-    await post_runs(
-        client, *(run(n, container(mem=(100 * n) * MIB)) for n in (1, 2, 3, 4))
-    )
+    await post_runs(client, *(run(n, container(mem=(100 * n) * MIB)) for n in (1, 2, 3, 4)))
     one = await sizing(client, runs=1)
     assert one["meta"]["runs_analyzed"] == 1
     assert one["containers"][0]["observed"]["memory_bytes"] == 400 * MIB
@@ -153,18 +151,12 @@ async def test_history_is_ordered_by_finished_at_then_ingest(
     client: httpx.AsyncClient,
 ) -> None:
     # rule S3: the newest by finished_at wins, whatever the ingest order; ties go to the later-ingested
-    await post_runs(
-        client, run(5, container(mem=500 * MIB)), run(1, container(mem=100 * MIB))
-    )
-    assert (await sizing(client, runs=1))["containers"][0]["observed"][
-        "memory_bytes"
-    ] == 500 * MIB
+    await post_runs(client, run(5, container(mem=500 * MIB)), run(1, container(mem=100 * MIB)))
+    assert (await sizing(client, runs=1))["containers"][0]["observed"]["memory_bytes"] == 500 * MIB
     tie = run(5, container(mem=300 * MIB))
     tie["run_id"] = "run-5b"
     await post_runs(client, tie)
-    assert (await sizing(client, runs=1))["containers"][0]["observed"][
-        "memory_bytes"
-    ] == 300 * MIB
+    assert (await sizing(client, runs=1))["containers"][0]["observed"]["memory_bytes"] == 300 * MIB
 
 
 async def test_container_in_only_some_runs(client: httpx.AsyncClient) -> None:
@@ -173,9 +165,7 @@ async def test_container_in_only_some_runs(client: httpx.AsyncClient) -> None:
     await post_runs(
         client,
         run(1, container(cpu=400, mem=200 * MIB)),
-        run(
-            2, container(cpu=400, mem=200 * MIB), container("db", cpu=50, mem=100 * MIB)
-        ),
+        run(2, container(cpu=400, mem=200 * MIB), container("db", cpu=50, mem=100 * MIB)),
         run(3, container(cpu=400, mem=200 * MIB)),
     )
     c = by_name(await sizing(client, runs=5))
@@ -184,9 +174,7 @@ async def test_container_in_only_some_runs(client: httpx.AsyncClient) -> None:
     assert c["db"]["memory"]["limit"] == "128Mi"
     assert c["db"]["observed"]["memory_bytes"] == 100 * MIB
     # with runs=1 the newest run has no "db": it leaves the answer
-    assert [x["name"] for x in (await sizing(client, runs=1))["containers"]] == [
-        "build"
-    ]
+    assert [x["name"] for x in (await sizing(client, runs=1))["containers"]] == ["build"]
 
 
 async def test_floors(client: httpx.AsyncClient) -> None:
@@ -297,9 +285,7 @@ async def test_enforce_mode(make_client: Any) -> None:
         {"runs": "x"},
     ],
 )
-async def test_bad_parameters_are_422(
-    client: httpx.AsyncClient, params: dict[str, Any]
-) -> None:
+async def test_bad_parameters_are_422(client: httpx.AsyncClient, params: dict[str, Any]) -> None:
     # rule S5
     r = await client.get(sizing_path(), params=params)
     assert r.status_code == 422

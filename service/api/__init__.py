@@ -2,10 +2,11 @@
 
 from fastapi import APIRouter
 
-from . import health, overrides, runs, sizing
+from . import health, metrics, overrides, runs, sizing
 
 api_router = APIRouter()
 api_router.include_router(health.router)
+api_router.include_router(metrics.router)
 api_router.include_router(runs.router)
 api_router.include_router(overrides.router)
 api_router.include_router(sizing.router)

@@ -44,9 +44,7 @@ async def readyz(request: Request) -> dict[str, str]:
         async with engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
     except Exception as exc:  # any failure to reach the database means "not ready"
-        raise Unavailable(
-            f"database not ready: {type(exc).__name__}", headers={"Retry-After": "2"}
-        ) from None
+        raise Unavailable(f"database not ready: {type(exc).__name__}", headers={"Retry-After": "2"}) from None
     return {"status": "ready"}
 
 

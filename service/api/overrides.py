@@ -133,13 +133,9 @@ def pins_of(body: OverridePut) -> Pins:
             errors.append({"field": f"body/{name}", "message": str(exc)})
             continue
         if parsed <= 0:
-            errors.append(
-                {"field": f"body/{name}", "message": "must be greater than zero"}
-            )
+            errors.append({"field": f"body/{name}", "message": "must be greater than zero"})
         elif parsed > maximum:
-            errors.append(
-                {"field": f"body/{name}", "message": "is larger than any node"}
-            )
+            errors.append({"field": f"body/{name}", "message": "is larger than any node"})
         else:
             values[name] = parsed
     if not errors:
@@ -160,9 +156,7 @@ def pins_of(body: OverridePut) -> Pins:
                     }
                 )
     if errors:
-        raise InvalidInput(
-            "invalid override: " + ", ".join(e["field"] for e in errors), errors=errors
-        )
+        raise InvalidInput("invalid override: " + ", ".join(e["field"] for e in errors), errors=errors)
     return Pins(
         cpu_request_millicores=values["cpu_request"],
         cpu_limit_millicores=values["cpu_limit"],
@@ -209,9 +203,7 @@ async def list_overrides(
         next_cursor = overrides_service.encode_cursor(rows[-1].id)
         params = {k: v for k, v in request.query_params.items() if k != "cursor"}
         params["cursor"] = next_cursor
-        response.headers["Link"] = (
-            f'<{request.url.path}?{urlencode(params, quote_via=quote)}>; rel="next"'
-        )
+        response.headers["Link"] = f'<{request.url.path}?{urlencode(params, quote_via=quote)}>; rel="next"'
     return OverridesPublic(items=[to_public(o) for o in rows], next_cursor=next_cursor)
 
 
@@ -302,9 +294,7 @@ for _path, _dep in _SCOPE_PATHS:
         summary=f"Create (201) or replace (200) the {_scope}-scope override",
         responses={
             201: {"model": OverridePublic, "description": "created"},
-            **problem_responses(
-                InvalidInput, PreconditionFailed, Unauthorized, Forbidden
-            ),
+            **problem_responses(InvalidInput, PreconditionFailed, Unauthorized, Forbidden),
         },
     )
     router.add_api_route(
@@ -314,7 +304,5 @@ for _path, _dep in _SCOPE_PATHS:
         status_code=204,
         operation_id=f"delete_override_{_scope}",
         summary=f"Remove the {_scope}-scope override",
-        responses=problem_responses(
-            InvalidInput, NotFound, PreconditionFailed, Unauthorized, Forbidden
-        ),
+        responses=problem_responses(InvalidInput, NotFound, PreconditionFailed, Unauthorized, Forbidden),
     )

@@ -60,9 +60,7 @@ def segment(value: str, name: str) -> str:
     return decoded
 
 
-Org = Annotated[
-    str, Path(description="percent-encoded; %2F stands for a '/' inside the name")
-]
+Org = Annotated[str, Path(description="percent-encoded; %2F stands for a '/' inside the name")]
 Repo = Org
 Workflow = Org
 JobName = Org
@@ -77,9 +75,7 @@ def repo_key(org: Org, repo: Repo) -> ScopeKey:
 
 
 def workflow_key(org: Org, repo: Repo, workflow: Workflow) -> ScopeKey:
-    return ScopeKey(
-        segment(org, "org"), segment(repo, "repo"), segment(workflow, "workflow")
-    )
+    return ScopeKey(segment(org, "org"), segment(repo, "repo"), segment(workflow, "workflow"))
 
 
 def job_key(org: Org, repo: Repo, workflow: Workflow, job: JobName) -> ScopeKey:

@@ -23,6 +23,7 @@ from ..models import (
     RunsBatchCreate,
     RunsBatchPublic,
 )
+from ..observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
 from ..services import runs as runs_service
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
@@ -37,9 +38,7 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
             "model": RunPublic,
             "description": "the same run was already stored; nothing new was stored",
         },
-        **problem_responses(
-            Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden
-        ),
+        **problem_responses(Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden),
     },
 )
 async def post_run(
@@ -52,8 +51,17 @@ async def post_run(
     409 when stored with other content (rule I4)."""
     principal.ensure_org(body.org)
     run = await runs_service.ingest(session=session, body=body)
+    await session.commit()
+    count_ingest(run)
     response.status_code = 201 if run.result == "created" else 200
     return run
+
+
+def count_ingest(run: RunPublic) -> None:
+    """Count a committed run by result (conflicts and rejections are counted where they end)."""
+    RUNS_INGESTED.labels(result=run.result).inc()
+    if run.result == "created" and not run.clean:
+        OOM_SUSPECT_RUNS.inc()
 
 
 @router.post(
@@ -71,9 +79,8 @@ async def post_runs_batch(
         try:
             run_body = RunCreate.model_validate(raw)
         except ValidationError as exc:
-            errors = validation_errors(
-                [{**e, "loc": ("body", "runs", index, *e["loc"])} for e in exc.errors()]
-            )
+            RUNS_INGESTED.labels(result="rejected").inc()
+            errors = validation_errors([{**e, "loc": ("body", "runs", index, *e["loc"])} for e in exc.errors()])
             results.append(
                 BatchItemPublic(
                     index=index,
@@ -89,6 +96,7 @@ async def post_runs_batch(
             )
             continue
         if not principal.may_access_org(run_body.org):
+            RUNS_INGESTED.labels(result="rejected").inc()
             results.append(
                 BatchItemPublic(
                     index=index,
@@ -108,6 +116,7 @@ async def post_runs_batch(
             await session.commit()
         except Conflict as exc:
             await session.rollback()
+            RUNS_INGESTED.labels(result="conflict").inc()
             results.append(
                 BatchItemPublic(
                     index=index,
@@ -122,10 +131,9 @@ async def post_runs_batch(
                 )
             )
             continue
+        count_ingest(run)
         status = 201 if run.result == "created" else 200
-        results.append(
-            BatchItemPublic(index=index, status=status, result=run.result, run=run)
-        )
+        results.append(BatchItemPublic(index=index, status=status, result=run.result, run=run))
     return RunsBatchPublic(
         created=sum(r.result == "created" for r in results),
         duplicates=sum(r.result == "duplicate" for r in results),

@@ -12,6 +12,7 @@ from ..auth import ReadPrincipal
 from ..db import SessionDep
 from ..errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from ..models import CpuPercentile, SizingPublic
+from ..observability.metrics import RECOMMENDATIONS
 from ..services import sizing as sizing_service
 from .paths import JobKeyDep
 
@@ -45,25 +46,21 @@ async def get_sizing(
     key: JobKeyDep,
     session: SessionDep,
     principal: ReadPrincipal,
-    runs: Annotated[
-        int, Query(ge=1, le=100, description="newest clean runs to analyse (rule S5)")
-    ] = 5,
-    buffer: Annotated[
-        int, Query(ge=0, le=1000, description="CPU headroom in percent (rule S9)")
-    ] = 20,
-    cpu_percentile: Annotated[
-        CpuPercentile, Query(description="CPU stat to size from (rule S9)")
-    ] = "p95",
+    runs: Annotated[int, Query(ge=1, le=100, description="newest clean runs to analyse (rule S5)")] = 5,
+    buffer: Annotated[int, Query(ge=0, le=1000, description="CPU headroom in percent (rule S9)")] = 20,
+    cpu_percentile: Annotated[CpuPercentile, Query(description="CPU stat to size from (rule S9)")] = "p95",
 ) -> OrjsonResponse:
     """Requests and limits per container for the job's next run. A job never seen answers 200 in
     the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name."""
     principal.ensure_org(key.org)
-    answer = await sizing_service.recommend(
+    rec = await sizing_service.recommend(
         session=session,
         key=key,
-        params=sizing_service.SizingParams(
-            runs=runs, buffer=buffer, cpu_percentile=cpu_percentile
-        ),
+        params=sizing_service.SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile),
         policy=policy_of(request),
     )
-    return OrjsonResponse(answer)
+    meta = rec.answer["meta"]
+    RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
+    if rec.job_id is not None:
+        request.app.state.fleet.note(rec.job_id, rec.totals())
+    return OrjsonResponse(rec.answer)

@@ -129,18 +129,12 @@ def size_container(
             mem_hundredths = memory_observed * LEARNING_FACTOR * 100
         else:
             cpu_exact = cpu_observed * (100 + buffer_pct) / 100.0
-            mem_hundredths = memory_observed * (
-                100 + memory_buffer_percent(memory_observed)
-            )
+            mem_hundredths = memory_observed * (100 + memory_buffer_percent(memory_observed))
         cpu_request = max(CPU_REQUEST_FLOOR, ceil_tolerant(cpu_exact))  # S10, S12
         mem_hundredths = max(mem_hundredths, MEMORY_REQUEST_FLOOR * 100)  # S10
         if phase == PHASE_CONFIDENT and pod_peak >= 0:  # S11
-            mem_hundredths = min(
-                mem_hundredths, pod_peak * (100 + memory_buffer_percent(pod_peak))
-            )
-        memory_request = (
-            -(-mem_hundredths // (100 * MIB)) * MIB
-        )  # S12: up to a whole MiB
+            mem_hundredths = min(mem_hundredths, pod_peak * (100 + memory_buffer_percent(pod_peak)))
+        memory_request = -(-mem_hundredths // (100 * MIB)) * MIB  # S12: up to a whole MiB
         cpu_limit = cpu_limit_for(cpu_request)
         memory_limit = memory_limit_for(memory_request)
     if consecutive > 0:  # S14

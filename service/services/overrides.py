@@ -83,24 +83,16 @@ def _where_key(key: ScopeKey) -> ColumnElement[bool]:
 
 
 async def get(*, session: AsyncSession, key: ScopeKey) -> Override | None:
-    return (
-        await session.execute(select(Override).where(_where_key(key)))
-    ).scalar_one_or_none()
+    return (await session.execute(select(Override).where(_where_key(key)))).scalar_one_or_none()
 
 
-def check_preconditions(
-    current: Override | None, *, if_match: str | None, if_none_match: str | None
-) -> None:
+def check_preconditions(current: Override | None, *, if_match: str | None, if_none_match: str | None) -> None:
     if if_match is not None:
         if current is None:
-            raise PreconditionFailed(
-                "If-Match given but there is no override at this scope"
-            )
+            raise PreconditionFailed("If-Match given but there is no override at this scope")
         wanted = [t.strip() for t in if_match.split(",")]
         if "*" not in wanted and etag(current) not in wanted:
-            raise PreconditionFailed(
-                "the override changed since it was read (stale ETag)"
-            )
+            raise PreconditionFailed("the override changed since it was read (stale ETag)")
     if if_none_match is not None and current is not None:
         wanted = [t.strip() for t in if_none_match.split(",")]
         if "*" in wanted or etag(current) in wanted:
@@ -164,24 +156,18 @@ def _pin_values(pins: Pins) -> dict[str, Any]:
     }
 
 
-async def delete(
-    *, session: AsyncSession, key: ScopeKey, if_match: str | None = None
-) -> None:
+async def delete(*, session: AsyncSession, key: ScopeKey, if_match: str | None = None) -> None:
     current = await get(session=session, key=key)
     if current is None:
         if if_match is not None:
-            raise PreconditionFailed(
-                "If-Match given but there is no override at this scope"
-            )
+            raise PreconditionFailed("If-Match given but there is no override at this scope")
         raise NotFound("no override at this scope")
     check_preconditions(current, if_match=if_match, if_none_match=None)
     await session.delete(current)
     await session.flush()
 
 
-async def applicable(
-    *, session: AsyncSession, org: str, repo: str, workflow: str, job: str
-) -> dict[str, Override]:
+async def applicable(*, session: AsyncSession, org: str, repo: str, workflow: str, job: str) -> dict[str, Override]:
     """The unexpired overrides that bear on one job, by scope (rule O2)."""
     keys = [
         ScopeKey(org, repo, workflow, job),
@@ -190,11 +176,7 @@ async def applicable(
         ScopeKey(org),
     ]
     rows = (
-        await session.execute(
-            select(Override).where(
-                col(Override.org) == org, or_(*(_where_key(k) for k in keys))
-            )
-        )
+        await session.execute(select(Override).where(col(Override.org) == org, or_(*(_where_key(k) for k in keys))))
     ).scalars()
     now = utcnow()
     return {o.scope: o for o in rows if not is_expired(o, now)}

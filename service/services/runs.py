@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from array import array
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from ..models import (
     RunPublic,
     to_rfc3339,
 )
+from ..observability.metrics import CORE_DURATION
 
 Result = Literal["created", "duplicate"]
 
@@ -43,10 +45,7 @@ def is_oom_suspect(
         return True
     if oom_kill_events is not None and oom_kill_events > 0:
         return True
-    return (
-        memory_limit_bytes is not None
-        and 20 * memory_peak_bytes >= 19 * memory_limit_bytes
-    )
+    return memory_limit_bytes is not None and 20 * memory_peak_bytes >= 19 * memory_limit_bytes
 
 
 def reduce_cpu(
@@ -54,7 +53,10 @@ def reduce_cpu(
 ) -> tuple[float, float, float, float, float, float]:
     """Rule I2: the six stats, computed by the core from samples, or as given."""
     if container.cpu_samples_millicores is not None:
-        return core.six_stats(array("d", container.cpu_samples_millicores))
+        started = time.perf_counter()
+        stats = core.six_stats(array("d", container.cpu_samples_millicores))
+        CORE_DURATION.labels(operation="six_stats").observe(time.perf_counter() - started)
+        return stats
     s = container.cpu_stats_millicores
     assert s is not None  # guaranteed by ContainerCreate's validator (rule I1)
     return s.peak, s.p99, s.p95, s.p75, s.p50, s.avg
@@ -110,18 +112,12 @@ def prepare(body: RunCreate) -> PreparedRun:
         "pod_memory_peak_bytes": body.pod_memory_peak_bytes,
         "containers": canonical,
     }
-    digest = hashlib.sha256(
-        orjson.dumps(document, option=orjson.OPT_SORT_KEYS)
-    ).hexdigest()
+    digest = hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
     clean = not any(c["oom_suspect"] for c in containers)  # rule S2
-    return PreparedRun(
-        body=body, containers=containers, clean=clean, content_hash=digest
-    )
+    return PreparedRun(body=body, containers=containers, clean=clean, content_hash=digest)
 
 
-def run_public(
-    body: RunCreate, run: Run, containers: list[RunContainer], result: Result
-) -> RunPublic:
+def run_public(body: RunCreate, run: Run, containers: list[RunContainer], result: Result) -> RunPublic:
     return RunPublic(
         org=body.org,
         repo=body.repo,
@@ -135,9 +131,7 @@ def run_public(
         containers=[
             RunContainerPublic(
                 name=c.name,
-                cpu_stats_millicores=CpuStatsPublic(
-                    **{k: getattr(c, f"cpu_{k}") for k in STAT_NAMES}
-                ),
+                cpu_stats_millicores=CpuStatsPublic(**{k: getattr(c, f"cpu_{k}") for k in STAT_NAMES}),
                 memory_peak_bytes=c.memory_peak_bytes,
                 oom_suspect=c.oom_suspect,
             )
@@ -146,9 +140,7 @@ def run_public(
     )
 
 
-async def get_or_create_job(
-    *, session: AsyncSession, org: str, repo: str, workflow: str, job: str
-) -> Job:
+async def get_or_create_job(*, session: AsyncSession, org: str, repo: str, workflow: str, job: str) -> Job:
     """The job row; created on first sight. Raises IntegrityError when a concurrent insert won."""
     found = (
         await session.execute(
@@ -179,9 +171,7 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> RunPubli
     )
     assert job.id is not None
     existing = (
-        await session.execute(
-            select(Run).where(col(Run.job_id) == job.id, col(Run.run_id) == body.run_id)
-        )
+        await session.execute(select(Run).where(col(Run.job_id) == job.id, col(Run.run_id) == body.run_id))
     ).scalar_one_or_none()
     if existing is not None:  # rule I4
         if existing.content_hash != prepared.content_hash:
@@ -217,9 +207,7 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> RunPubli
     return run_public(body, run, containers, "created")
 
 
-async def ingest(
-    *, session: AsyncSession, body: RunCreate, prepared: PreparedRun | None = None
-) -> RunPublic:
+async def ingest(*, session: AsyncSession, body: RunCreate, prepared: PreparedRun | None = None) -> RunPublic:
     """Store one run unless it is already there (rule I4).
 
     Returns the run with ``result`` "created" or "duplicate"; raises ``Conflict`` for the same

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -15,6 +16,8 @@ from sqlmodel import col
 
 from .. import core
 from ..models import Job, Override, Run, RunContainer, to_rfc3339, utcnow
+from ..observability.fleet import JobTotals
+from ..observability.metrics import CORE_DURATION
 from ..quantity import format_cpu, format_memory
 from . import overrides as overrides_service
 from .overrides import SCOPES, ScopeKey
@@ -66,23 +69,15 @@ class History:
     newest_node_memory_bytes: int | None = None
 
 
-async def load_history(
-    *, session: AsyncSession, job_id: int | None, runs: int, need_node_memory: bool
-) -> History:
+async def load_history(*, session: AsyncSession, job_id: int | None, runs: int, need_node_memory: bool) -> History:
     history = History()
     if job_id is None:
         return history
     order = (col(Run.finished_at).desc(), col(Run.id).desc())
     history.clean_samples = (
-        await session.execute(
-            select(func.count())
-            .select_from(Run)
-            .where(col(Run.job_id) == job_id, col(Run.clean))
-        )
+        await session.execute(select(func.count()).select_from(Run).where(col(Run.job_id) == job_id, col(Run.clean)))
     ).scalar_one()
-    window = select(col(Run.id), col(Run.clean), col(Run.pod_memory_peak_bytes)).where(
-        col(Run.job_id) == job_id
-    )
+    window = select(col(Run.id), col(Run.clean), col(Run.pod_memory_peak_bytes)).where(col(Run.job_id) == job_id)
     if history.clean_samples:
         oldest = (
             await session.execute(
@@ -120,9 +115,7 @@ async def load_history(
         history.newest_node_memory_bytes = (
             await session.execute(
                 select(col(Run.node_memory_bytes))
-                .where(
-                    col(Run.job_id) == job_id, col(Run.node_memory_bytes).is_not(None)
-                )
+                .where(col(Run.job_id) == job_id, col(Run.node_memory_bytes).is_not(None))
                 .order_by(*order)
                 .limit(1)
             )
@@ -239,26 +232,17 @@ def compute(
         names = _ordered_names(history.window) or ["*"]
     else:
         names = _ordered_names(analysed)
-    pod_peak = (
-        max((r.pod_memory() for r in analysed), default=-1)
-        if phase == "confident"
-        else -1
-    )
+    pod_peak = max((r.pod_memory() for r in analysed), default=-1) if phase == "confident" else -1
     ceiling = node_ceiling(policy, history)
     guaranteed = policy.memory_qos == "guaranteed"
     stat = "cpu_peak" if phase == "learning" else f"cpu_{params.cpu_percentile}"
-    cpu_pinned = any(
-        o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None
-        for o in pins.values()
-    )
+    cpu_pinned = any(o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None for o in pins.values())
     enforced = policy.cpu_sizing_mode == "enforce" or cpu_pinned  # rule S17
     containers = []
     for name in names:
         rows = [r.containers[name] for r in analysed if name in r.containers]
         cpu_observed: float | None = max((getattr(c, stat) for c in rows), default=None)
-        mem_observed: int | None = max(
-            (c.memory_peak_bytes for c in rows), default=None
-        )
+        mem_observed: int | None = max((c.memory_peak_bytes for c in rows), default=None)
         k, streak_limit = oom_streak(history.window, name)
         cpu_req, cpu_lim, mem_req, mem_lim, capped = core.size_container(
             _PHASE_CODE[phase],
@@ -335,9 +319,23 @@ async def find_job_id(*, session: AsyncSession, key: ScopeKey) -> int | None:
     return job_id
 
 
-async def recommend(
-    *, session: AsyncSession, key: ScopeKey, params: SizingParams, policy: Policy
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Recommendation:
+    answer: dict[str, Any]
+    job_id: int | None
+
+    def totals(self) -> JobTotals:
+        """Requests and observed use summed over the containers (for the fleet gauges)."""
+        cs = self.answer["containers"]
+        return JobTotals(
+            cpu_request_millicores=sum(c["cpu"]["request_millicores"] for c in cs),
+            cpu_observed_millicores=sum(c["observed"]["cpu_millicores"] or 0.0 for c in cs),
+            memory_request_bytes=sum(c["memory"]["request_bytes"] for c in cs),
+            memory_observed_bytes=sum(c["observed"]["memory_bytes"] or 0 for c in cs),
+        )
+
+
+async def recommend(*, session: AsyncSession, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
     """The sizing answer for one job; an unseen job answers in the unknown phase."""
     job_id = await find_job_id(session=session, key=key)
     history = await load_history(
@@ -349,4 +347,7 @@ async def recommend(
     pins = await overrides_service.applicable(
         session=session, org=key.org, repo=key.repo, workflow=key.workflow, job=key.job
     )
-    return compute(key=key, history=history, pins=pins, params=params, policy=policy)
+    started = time.perf_counter()
+    answer = compute(key=key, history=history, pins=pins, params=params, policy=policy)
+    CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
+    return Recommendation(answer=answer, job_id=job_id)

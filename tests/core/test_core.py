@@ -33,11 +33,7 @@ def size(
     ceiling: int = -1,
     guaranteed: bool = True,
 ) -> tuple[int, int, int, int, bool]:
-    return tuple(
-        core.size_container(
-            phase, cpu, mem, pod, buffer, k, streak_limit, ceiling, guaranteed
-        )
-    )  # type: ignore[return-value]
+    return tuple(core.size_container(phase, cpu, mem, pod, buffer, k, streak_limit, ceiling, guaranteed))  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- I2: six stats
@@ -82,9 +78,7 @@ def test_six_stats_accepts_array_and_list(core: ModuleType) -> None:
     "shape",
     ["sorted", "reversed", "equal", "organ-pipe", "two-values", "random"],
 )
-def test_six_stats_adversarial_orders_match_sorting(
-    core: ModuleType, shape: str
-) -> None:
+def test_six_stats_adversarial_orders_match_sorting(core: ModuleType, shape: str) -> None:
     # selection must give exactly what sorting gives, whatever the input order (rule I2)
     n = 10_001
     rng = random.Random(7)
@@ -160,10 +154,7 @@ def test_learning_triples_the_peak(core: ModuleType) -> None:
 
 def test_learning_has_no_pod_ceiling(core: ModuleType) -> None:
     # rule S8/S11: the pod ceiling applies in the confident phase only
-    assert (
-        size(core, LEARNING, 100.0, 1000 * MIB, pod=10 * MIB, guaranteed=False)[2]
-        == 3000 * MIB
-    )
+    assert size(core, LEARNING, 100.0, 1000 * MIB, pod=10 * MIB, guaranteed=False)[2] == 3000 * MIB
 
 
 def test_confident_cpu_buffer_is_exact(core: ModuleType) -> None:
@@ -182,9 +173,7 @@ def test_confident_cpu_buffer_is_exact(core: ModuleType) -> None:
         (4 * GIB + 1, 4301),  # above 4 GiB: +5% -> 4300.8 -> 4301
     ],
 )
-def test_memory_staircase_boundaries(
-    core: ModuleType, observed: int, request_mib: int
-) -> None:
+def test_memory_staircase_boundaries(core: ModuleType, observed: int, request_mib: int) -> None:
     # rule S9 (staircase) and S12 (request rounded up to a whole MiB)
     _, _, req, _, _ = size(core, CONFIDENT, 100.0, observed, guaranteed=False)
     assert req == request_mib * MIB
@@ -210,9 +199,7 @@ def test_floors(core: ModuleType) -> None:
 
 def test_pod_ceiling_clips_the_request(core: ModuleType) -> None:
     # rule S11: 2 GiB x 1.1 = 2252.8 MiB, but the pod peaked at 1.5 GiB -> 1.5 GiB x 1.1 = 1689.6 MiB
-    _, _, req, lim, _ = size(
-        core, CONFIDENT, 100.0, 2 * GIB, pod=3 * GIB // 2, guaranteed=False
-    )
+    _, _, req, lim, _ = size(core, CONFIDENT, 100.0, 2 * GIB, pod=3 * GIB // 2, guaranteed=False)
     assert req == 1690 * MIB
     assert lim == 2048 * MIB
 
@@ -226,9 +213,7 @@ def test_memory_limit_power_of_two(core: ModuleType, mib: int, limit_mib: int) -
     assert core.memory_limit_for(mib * MIB) == limit_mib * MIB
 
 
-@pytest.mark.parametrize(
-    ("m", "limit"), [(1, 500), (500, 500), (501, 1000), (960, 1000), (1001, 1500)]
-)
+@pytest.mark.parametrize(("m", "limit"), [(1, 500), (500, 500), (501, 1000), (960, 1000), (1001, 1500)])
 def test_cpu_limit_steps(core: ModuleType, m: int, limit: int) -> None:
     # rule S12: CPU limit = request rounded up to a multiple of 500m, at least 500m
     assert core.cpu_limit_for(m) == limit
@@ -244,22 +229,14 @@ def test_ceil_tolerant(core: ModuleType) -> None:
 
 def test_oom_backoff_uses_the_larger_base(core: ModuleType) -> None:
     # rule S14: computed limit 1024Mi; streak's oldest run reported 1.5 GiB -> base 1.5 GiB x 2^2
-    assert (
-        size(core, LEARNING, 100.0, 200 * MIB, k=2, streak_limit=3 * GIB // 2)[3]
-        == 6 * GIB
-    )
+    assert size(core, LEARNING, 100.0, 200 * MIB, k=2, streak_limit=3 * GIB // 2)[3] == 6 * GIB
     # the computed limit wins when it is larger
-    assert (
-        size(core, LEARNING, 100.0, 200 * MIB, k=2, streak_limit=100 * MIB)[3]
-        == 4 * GIB
-    )
+    assert size(core, LEARNING, 100.0, 200 * MIB, k=2, streak_limit=100 * MIB)[3] == 4 * GIB
 
 
 def test_node_ceiling_clips_backoff(core: ModuleType) -> None:
     # rule S15: 1024Mi x 2^3 = 8 GiB, clipped to a 5 GiB ceiling and flagged
-    _, _, req, lim, capped = size(
-        core, LEARNING, 100.0, 200 * MIB, k=3, ceiling=5 * GIB
-    )
+    _, _, req, lim, capped = size(core, LEARNING, 100.0, 200 * MIB, k=3, ceiling=5 * GIB)
     assert (lim, capped, req) == (5 * GIB, True, 5 * GIB)
     # a ceiling above the limit changes nothing
     assert size(core, LEARNING, 100.0, 200 * MIB, k=3, ceiling=9 * GIB)[3:] == (
@@ -281,9 +258,7 @@ def test_unknown_phase_backoff_and_ceiling(core: ModuleType) -> None:
 
 def test_burstable_request_never_above_limit(core: ModuleType) -> None:
     # rule S16: burstable keeps the computed request, but a ceiling below it pulls it down
-    assert size(core, CONFIDENT, 100.0, 3 * GIB, guaranteed=False, ceiling=2 * GIB)[
-        2:4
-    ] == (2 * GIB, 2 * GIB)
+    assert size(core, CONFIDENT, 100.0, 3 * GIB, guaranteed=False, ceiling=2 * GIB)[2:4] == (2 * GIB, 2 * GIB)
 
 
 def test_backoff_saturates(core: ModuleType) -> None:
@@ -295,9 +270,7 @@ def test_backoff_saturates(core: ModuleType) -> None:
 @settings(max_examples=500, deadline=None)
 @given(
     phase=st.integers(0, 2),
-    cpu=st.one_of(
-        st.floats(0, 1e9, allow_nan=False), st.integers(0, 100_000).map(float)
-    ),
+    cpu=st.one_of(st.floats(0, 1e9, allow_nan=False), st.integers(0, 100_000).map(float)),
     mem=st.integers(0, 1 << 50),
     pod=st.one_of(st.just(-1), st.integers(0, 1 << 56)),
     buffer=st.integers(0, 1000),

@@ -1,0 +1,1 @@
+"""Prometheus metrics, the pure-ASGI middleware that feeds them, structured request logs."""

@@ -1,0 +1,82 @@
+"""Fleet totals: the latest recommendation of each job, summed for the headroom gauges.
+
+Serving a recommendation only notes the job's totals in memory (no write on the build's start
+path); a background task writes the notes to the ``jobs`` table every few seconds, and
+``/metrics`` sums that table, so the totals are right with any number of workers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlmodel import col
+
+from ..models import Job, utcnow
+from .metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY
+
+log = logging.getLogger("ci_sizer.fleet")
+
+
+@dataclass(frozen=True)
+class JobTotals:
+    cpu_request_millicores: int
+    cpu_observed_millicores: float
+    memory_request_bytes: int
+    memory_observed_bytes: int
+
+
+class FleetTracker:
+    def __init__(self) -> None:
+        self.pending: dict[int, JobTotals] = {}
+
+    def note(self, job_id: int, totals: JobTotals) -> None:
+        self.pending[job_id] = totals
+
+    async def flush(self, maker: async_sessionmaker[AsyncSession]) -> None:
+        if not self.pending:
+            return
+        batch, self.pending = self.pending, {}
+        now = utcnow()
+        rows = [
+            {
+                "id": job_id,
+                "fleet_cpu_request_millicores": t.cpu_request_millicores,
+                "fleet_cpu_observed_millicores": t.cpu_observed_millicores,
+                "fleet_memory_request_bytes": t.memory_request_bytes,
+                "fleet_memory_observed_bytes": t.memory_observed_bytes,
+                "fleet_updated_at": now,
+            }
+            for job_id, t in batch.items()
+        ]
+        try:
+            async with maker() as session:
+                await session.execute(update(Job), rows)
+                await session.commit()
+        except Exception as exc:  # keep the notes for the next try; newer notes win
+            DATABASE_ERRORS.inc()
+            log.warning("fleet totals not written: %s", type(exc).__name__)
+            self.pending = {**batch, **self.pending}
+
+
+async def refresh_gauges(session: AsyncSession) -> None:
+    """Set the fleet gauges from the stored totals."""
+    row = (
+        await session.execute(
+            select(
+                func.count(col(Job.fleet_cpu_request_millicores)),
+                func.coalesce(func.sum(col(Job.fleet_cpu_request_millicores)), 0),
+                func.coalesce(func.sum(col(Job.fleet_cpu_observed_millicores)), 0),
+                func.coalesce(func.sum(col(Job.fleet_memory_request_bytes)), 0),
+                func.coalesce(func.sum(col(Job.fleet_memory_observed_bytes)), 0),
+            )
+        )
+    ).one()
+    jobs, cpu_req, cpu_obs, mem_req, mem_obs = (v or 0 for v in row)
+    FLEET_JOBS.set(jobs)
+    FLEET_CPU.labels(kind="recommended").set(float(cpu_req) / 1000)
+    FLEET_CPU.labels(kind="observed").set(float(cpu_obs) / 1000)
+    FLEET_MEMORY.labels(kind="recommended").set(float(mem_req))
+    FLEET_MEMORY.labels(kind="observed").set(float(mem_obs))

@@ -1,0 +1,266 @@
+"""``/metrics`` after real traffic, request ids and JSON request logs, the Grafana dashboard's
+queries against what the service exports, and multiprocess mode with a real 2-worker server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import promql_parser
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from service.observability.logs import JsonFormatter
+from service.observability.metrics import EXPORTED
+
+from .helpers import MIB, container, post_runs, run, sizing, sizing_path
+
+SIZING_ROUTE = "/api/v1/sizing/{org}/{repo}/{workflow}/{job}"
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def value(snapshot: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return snapshot.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    r = await client.get("/metrics")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    return samples(r.text)
+
+
+async def test_metrics_move_with_traffic(client: httpx.AsyncClient) -> None:
+    before = await scrape(client)
+    await post_runs(client, run(1, container(cpu=400, mem=700 * MIB)), run(2, container(cpu=600, mem=800 * MIB)))
+    await client.post("/api/v1/runs", json=run(2, container(cpu=600, mem=800 * MIB)))  # duplicate
+    await client.post("/api/v1/runs", json=run(2, container(cpu=1, mem=1)))  # conflict
+    await client.post("/api/v1/runs", json={"org": "x"})  # rejected
+    await post_runs(client, run(3, container(oom_killed=True)))  # created, OOM-suspect
+    await client.put("/api/v1/sizing/overrides/acme/web", json={"cpu_limit": "2"})
+    answer = await sizing(client)
+    await sizing(client, {"org": "o", "repo": "r", "workflow": "w", "job": "never-seen"})
+    after = await scrape(client)
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("ci_sizer_runs_ingested_total", result="created") == 3
+    assert delta("ci_sizer_runs_ingested_total", result="duplicate") == 1
+    assert delta("ci_sizer_runs_ingested_total", result="conflict") == 1
+    assert delta("ci_sizer_runs_ingested_total", result="rejected") == 1
+    assert delta("ci_sizer_oom_suspect_runs_total") == 1
+    assert delta("ci_sizer_recommendations_total", phase="learning", override_scope="repo") == 1
+    assert delta("ci_sizer_recommendations_total", phase="unknown", override_scope="global") == 1
+    # requests are labelled by route template, never by raw path
+    assert delta("ci_sizer_http_requests_total", route=SIZING_ROUTE, method="GET", status_class="2xx") == 2
+    assert delta("ci_sizer_http_requests_total", route="/api/v1/runs", method="POST", status_class="4xx") == 2
+    assert delta("ci_sizer_http_request_duration_seconds_count", route=SIZING_ROUTE, method="GET") == 2
+    assert delta("ci_sizer_core_compute_duration_seconds_count", operation="size_job") == 2
+    assert value(after, "ci_sizer_overrides", scope="repo") == 1
+    assert value(after, "ci_sizer_overrides", scope="job") == 0
+    from service import core
+
+    assert value(after, "ci_sizer_build_info", version=_version(), core_backend=core.BACKEND) == 1
+    # fleet totals: the one job with history, latest recommendation (learning: 3 x peaks)
+    c = answer["containers"][0]
+    assert value(after, "ci_sizer_fleet_jobs") == 1
+    assert value(after, "ci_sizer_fleet_cpu_cores", kind="recommended") == pytest.approx(
+        c["cpu"]["request_millicores"] / 1000
+    )
+    assert value(after, "ci_sizer_fleet_cpu_cores", kind="observed") == pytest.approx(
+        c["observed"]["cpu_millicores"] / 1000
+    )
+    assert value(after, "ci_sizer_fleet_memory_bytes", kind="recommended") == c["memory"]["request_bytes"]
+    assert value(after, "ci_sizer_fleet_memory_bytes", kind="observed") == c["observed"]["memory_bytes"]
+
+
+def _version() -> str:
+    from service import __version__
+
+    return __version__
+
+
+async def test_no_label_per_org_repo_workflow_or_job(client: httpx.AsyncClient) -> None:
+    await post_runs(client, run(1))
+    await sizing(client)
+    text = (await client.get("/metrics")).text
+    for family in text_string_to_metric_families(text):
+        if family.name.startswith("ci_sizer_"):
+            for s in family.samples:
+                assert not {"org", "repo", "workflow", "job"} & set(s.labels), s
+                assert "acme" not in s.labels.get("route", "")
+
+
+def test_metric_names_follow_practice() -> None:
+    for metric in EXPORTED:
+        name = metric._name  # type: ignore[attr-defined]
+        assert name.startswith("ci_sizer_")
+        kind = metric._type  # type: ignore[attr-defined]
+        assert name.endswith("_total") == (kind == "counter") or kind == "counter", name
+        assert not re.search(r"_(ms|milliseconds|millicores|kb|mb|mib|gib)\b", name), name
+
+
+async def test_request_id_is_echoed_or_made(client: httpx.AsyncClient) -> None:
+    r = await client.get("/healthz", headers={"X-Request-ID": "build-42.attempt:1"})
+    assert r.headers["X-Request-ID"] == "build-42.attempt:1"
+    r = await client.get("/healthz")
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-ID"])
+    r = await client.get("/healthz", headers={"X-Request-ID": "bad id\twith junk" + "x" * 200})
+    assert re.fullmatch(r"[0-9a-f]{32}", r.headers["X-Request-ID"])
+
+
+async def test_one_json_log_line_per_request(client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="ci_sizer.access")
+    await client.get(sizing_path(), headers={"X-Request-ID": "abc123", "Authorization": "Bearer cis_do-not-log"})
+    records = [r for r in caplog.records if r.name == "ci_sizer.access"]
+    assert len(records) == 1
+    line = json.loads(JsonFormatter().format(records[0]))
+    assert line["http"] == {
+        "method": "GET",
+        "route": SIZING_ROUTE,
+        "status": 200,
+        "duration_ms": line["http"]["duration_ms"],
+        "request_id": "abc123",
+    }
+    assert line["http"]["duration_ms"] > 0
+    assert "cis_do-not-log" not in json.dumps(line)
+
+
+def _dashboard(repo_root: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((repo_root / "grafana" / "dashboards" / "ci-sizer.json").read_text())
+    return data
+
+
+def _exprs(repo_root: Path) -> list[str]:
+    return [t["expr"] for p in _dashboard(repo_root)["panels"] for t in p["targets"]]
+
+
+def _metric_names(expr: str) -> set[str]:
+    tree = repr(promql_parser.parse(expr))
+    return set(re.findall(r'VectorSelector \{\s*name: Some\(\s*"([^"]+)"', tree))
+
+
+def _exported_series() -> set[str]:
+    names = set()
+    for metric in EXPORTED:
+        base = metric._name  # type: ignore[attr-defined]
+        kind = metric._type  # type: ignore[attr-defined]
+        if kind == "counter":
+            names.add(base + "_total" if not base.endswith("_total") else base)
+        elif kind == "histogram":
+            names |= {base + "_bucket", base + "_sum", base + "_count"}
+        else:
+            names.add(base)
+    return names
+
+
+def test_every_dashboard_query_parses_and_uses_exported_metrics(repo_root: Path) -> None:
+    exprs = _exprs(repo_root)
+    assert len(exprs) >= 10
+    exported = _exported_series()
+    for expr in exprs:
+        names = _metric_names(expr)  # raises ValueError on a PromQL syntax error
+        assert names, expr
+        assert names <= exported, (expr, names - exported)
+
+
+def test_promql_check_catches_mistakes() -> None:
+    with pytest.raises(ValueError, match="parenthesis"):
+        promql_parser.parse("sum(rate(ci_sizer_http_requests_total[5m])")
+    assert _metric_names("rate(ci_sizer_nope_total[5m])") - _exported_series() == {"ci_sizer_nope_total"}
+
+
+async def test_every_panel_queries_a_real_series(client: httpx.AsyncClient, repo_root: Path) -> None:
+    await post_runs(client, run(1), run(2, container(oom_killed=True)))
+    await sizing(client)
+    present = {name for name, _ in await scrape(client)}
+    for expr in _exprs(repo_root):
+        for name in _metric_names(expr):
+            assert name in present, (expr, name)
+
+
+def test_dashboard_datasource_and_scrape_config_are_wired(repo_root: Path) -> None:
+    uid = yaml.safe_load((repo_root / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"][0][
+        "uid"
+    ]
+    for p in _dashboard(repo_root)["panels"]:
+        assert p["datasource"]["uid"] == uid
+        assert all(t["datasource"]["uid"] == uid for t in p["targets"])
+    prom = yaml.safe_load((repo_root / "prometheus/prometheus.yml").read_text())
+    target = prom["scrape_configs"][0]["static_configs"][0]["targets"][0]
+    compose = yaml.safe_load((repo_root / "docker-compose.yml").read_text())
+    host, port = target.split(":")
+    assert host in compose["services"]
+    assert compose["services"][host]["environment"]["CI_SIZER_PORT"] == port
+    assert {"prometheus", "grafana", "postgres"} <= set(compose["services"])
+    mounts = " ".join(compose["services"]["grafana"]["volumes"])
+    assert "./grafana/dashboards" in mounts
+    assert "./grafana/provisioning" in mounts
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
+    port = _free_port()
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--workers",
+            "2",
+            "--port",
+            str(port),
+            "--database-url",
+            f"sqlite:///{tmp_path}/w.db",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.2)
+        with httpx.Client(base_url=base, timeout=5) as c:
+            for _ in range(40):
+                assert c.get("/api/v1/sizing/a/b/c/d").status_code == 200
+            snapshot = samples(c.get("/metrics").text)
+        served = value(snapshot, "ci_sizer_http_requests_total", route=SIZING_ROUTE, method="GET", status_class="2xx")
+        assert served == 40  # summed across both workers' files
+        assert value(snapshot, "ci_sizer_recommendations_total", phase="unknown", override_scope="global") == 40
+        assert len(list((tmp_path / "prom").iterdir())) >= 2  # both workers wrote their values
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

@@ -25,6 +25,8 @@ _FLAGS = {
     "tokens_file": "--tokens-file",
     "allow_anonymous": "--allow-anonymous",
     "workers": "--workers",
+    "retention_runs": "--retention-runs",
+    "sizing_deadline_ms": "--sizing-deadline-ms",
 }
 
 
@@ -63,6 +65,8 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
         help="serve without tokens on a non-loopback address",
     )
     p.add_argument("--workers", help="uvicorn worker processes (default 1; metrics aggregate across them)")
+    p.add_argument("--retention-runs", help="newest runs kept per job (default 200)")
+    p.add_argument("--sizing-deadline-ms", help="fail-open deadline of the sizing call (default 250)")
 
 
 def build_parser() -> argparse.ArgumentParser:

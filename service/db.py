@@ -12,13 +12,27 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import asyncpg  # type: ignore[import-untyped]
 from fastapi import Depends, Request
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
+)
+
+#: Exceptions that mean "the database did not answer" rather than "the code is wrong".
+DB_FAULTS: tuple[type[Exception], ...] = (
+    sa_exc.DBAPIError,  # OperationalError, InterfaceError, ... from either driver
+    sa_exc.TimeoutError,  # connection pool exhausted
+    sa_exc.DisconnectionError,
+    ConnectionError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.CannotConnectNowError,
+    asyncpg.InterfaceError,
 )
 
 

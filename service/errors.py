@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from http import HTTPStatus
 from typing import Any, ClassVar
 
@@ -11,7 +11,6 @@ import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
@@ -54,6 +53,11 @@ class ServiceError(Exception):
 class InvalidInput(ServiceError):
     status = 422
     type_ = "https://ci-sizer.dev/problems/invalid-input"
+
+
+class BadRequest(ServiceError):
+    status = 400
+    type_ = "about:blank"
 
 
 class NotFound(ServiceError):
@@ -153,6 +157,27 @@ def validation_errors(raw: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _flat_routes(routes: Sequence[Any]) -> Iterator[Any]:
+    for route in routes:
+        inner = getattr(route, "original_router", None)  # FastAPI keeps included routers wrapped
+        if inner is not None:
+            yield from _flat_routes(inner.routes)
+        else:
+            yield route
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (several routes may share one path)."""
+    from starlette.routing import Match
+
+    methods: set[str] = set()
+    for route in _flat_routes(request.app.router.routes):
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     async def on_service_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ServiceError)
@@ -183,11 +208,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
         return problem_response(
             exc.status_code,
             detail=str(exc.detail) if exc.detail else None,
             instance=request.url.path,
-            headers=exc.headers,
+            headers=headers,
         )
 
     async def on_database_error(request: Request, exc: Exception) -> Response:
@@ -206,7 +234,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
-    app.add_exception_handler(OperationalError, on_database_error)
-    app.add_exception_handler(DBAPIError, on_database_error)
-    app.add_exception_handler(ConnectionError, on_database_error)
-    app.add_exception_handler(TimeoutError, on_database_error)
+    from .db import DB_FAULTS
+
+    for fault in DB_FAULTS:
+        app.add_exception_handler(fault, on_database_error)

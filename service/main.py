@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import __version__, core
@@ -22,6 +24,8 @@ from .errors import PayloadTooLarge, install_error_handlers, problem_response
 from .observability.fleet import FleetTracker
 from .observability.metrics import RUNS_INGESTED, set_build_info
 from .observability.middleware import Observability
+from .services.retention import Pruner
+from .services.sizing import AnswerCache
 from .settings import Settings, get_settings, is_loopback
 
 log = logging.getLogger("ci_sizer")
@@ -118,7 +122,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
         set_build_info(core.BACKEND)
-        flusher = asyncio.create_task(_flush_fleet(app, settings.fleet_flush_seconds))
+        await _warm_up(engine)
+        write_maker = app.state.write_sessionmaker
+        tasks = [
+            asyncio.create_task(_periodic(settings.fleet_flush_seconds, lambda: app.state.fleet.flush(write_maker))),
+            asyncio.create_task(
+                _periodic(settings.retention_interval_seconds, lambda: app.state.pruner.run_once(write_maker))
+            ),
+        ]
         log.info(
             "ci-sizer %s starting: core backend=%s, database=%s, auth=%s",
             __version__,
@@ -133,10 +144,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
-            await app.state.fleet.flush(app.state.write_sessionmaker)
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await app.state.fleet.flush(write_maker)
+            await app.state.pruner.run_once(write_maker)
             await engine.dispose()
             if write_engine is not engine:
                 await write_engine.dispose()
@@ -150,6 +164,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.tokens = tokens
     app.state.fleet = FleetTracker()
+    app.state.pruner = Pruner(settings.retention_runs)
+    app.state.answers = AnswerCache(settings.sizing_cache_entries)
     install_error_handlers(app)
     app.include_router(api_router)
     # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
@@ -159,10 +175,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-async def _flush_fleet(app: FastAPI, every: float) -> None:
+async def _warm_up(engine: AsyncEngine) -> None:
+    """Open a pooled connection now, so the first build does not pay for connection setup;
+    a database that is down at startup is not fatal (sizing fails open)."""
+    try:
+        async with asyncio.timeout(5):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except Exception as exc:
+        log.warning("database not reachable at startup: %s", type(exc).__name__)
+
+
+async def _periodic(every: float, job: Callable[[], Awaitable[object]]) -> None:
+    """Run ``job`` every ``every`` seconds until cancelled; a failing run is logged, not fatal."""
     while True:
         await asyncio.sleep(every)
-        await app.state.fleet.flush(app.state.write_sessionmaker)
+        try:
+            await job()
+        except Exception:
+            log.exception("background task failed")
 
 
 def create_app_from_env() -> FastAPI:

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -170,6 +171,17 @@ def _no_control_chars(value: str) -> str:
     return value
 
 
+def _rfc3339_text(value: object) -> object:
+    """Timestamps come as RFC 3339 strings; pydantic's lax mode would take a number as epoch seconds."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be an RFC 3339 date-time string such as 2026-11-20T10:07:12Z")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text)]
+
 Name = Annotated[
     str,
     StringConstraints(min_length=1, max_length=NAME_MAX),
@@ -228,8 +240,8 @@ class RunCreate(_Strict):
     workflow: Name
     job: Name
     run_id: Name
-    started_at: datetime | None = None
-    finished_at: datetime
+    started_at: Timestamp | None = None
+    finished_at: Timestamp
     node_memory_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None = None
     pod_memory_peak_bytes: MemoryBytes | None = None
     containers: list[ContainerCreate] = Field(min_length=1, max_length=64)
@@ -360,6 +372,7 @@ class SizingMetaPublic(BaseModel):
     memory_qos: Literal["guaranteed", "burstable"]
     node_ceiling_bytes: int | None
     generated_at: str
+    degraded: bool = Field(description="true when the database failed or was slow and this is a fallback")
 
 
 class SizingPublic(BaseModel):

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     workers: int = Field(default=1, ge=1, le=64)
     fleet_flush_seconds: float = Field(default=10.0, gt=0)
+    sizing_deadline_ms: int = Field(default=250, ge=1, le=60_000, description="fail-open deadline of GET sizing")
+    ingest_timeout_seconds: float = Field(default=10.0, gt=0, description="503 when ingest takes longer")
+    retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
+    retention_interval_seconds: float = Field(default=5.0, gt=0)
+    sizing_cache_entries: int = Field(default=10_000, ge=0, description="last answers kept for degraded mode")
 
     @field_validator("database_url")
     @classmethod

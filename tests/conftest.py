@@ -101,10 +101,15 @@ ClientFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 @pytest.fixture
 def make_client(db_url: str) -> ClientFactory:
-    """``async with make_client(memory_qos="burstable") as client:`` an app on this test's database."""
+    """``async with make_client(memory_qos="burstable") as client:`` an app on this test's database.
+
+    The fail-open deadline is generous by default: tests of sizing correctness must not turn
+    into degraded answers because the shared machine is busy; reliability tests set their own.
+    """
 
     @asynccontextmanager
     async def factory(**settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+        settings.setdefault("sizing_deadline_ms", 30_000)
         app = create_app(Settings(database_url=db_url, **settings))
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)

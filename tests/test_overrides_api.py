@@ -66,6 +66,7 @@ async def test_create_replace_get_delete(client: httpx.AsyncClient) -> None:
         ({"cpu_limit": "NaN"}, "cpu_limit"),
         ({"memory_limit": 1024}, "memory_limit"),
         ({"memory_limit": "1Gi", "colour": "red"}, "colour"),
+        ({"memory_limit": "1Gi", "expires_at": 0}, "expires_at"),
     ],
 )
 async def test_invalid_override_is_422_and_stores_nothing(
@@ -305,3 +306,15 @@ async def test_concurrent_puts_leave_one_row(client: httpx.AsyncClient) -> None:
     assert codes.count(200) == 9, codes
     listed = (await client.get("/api/v1/sizing/overrides")).json()["items"]
     assert len(listed) == 1
+
+
+async def test_unsupported_method_lists_every_allowed_one(client: httpx.AsyncClient) -> None:
+    r = await client.patch(ORG, json={})
+    assert r.status_code == 405
+    assert r.headers["Allow"] == "DELETE, GET, PUT"
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+async def test_empty_precondition_headers_are_ignored(client: httpx.AsyncClient) -> None:
+    r = await client.put(ORG, json={"memory_limit": "1Gi"}, headers={"If-Match": "", "If-None-Match": " "})
+    assert r.status_code == 201

@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..auth import AdminPrincipal, ReadPrincipal
 from ..db import SessionDep, WriteSessionDep
 from ..errors import (
+    BadRequest,
     Forbidden,
     InvalidInput,
     NotFound,
+    PayloadTooLarge,
     PreconditionFailed,
     Unauthorized,
     problem_responses,
@@ -22,6 +24,7 @@ from ..models import (
     MAX_CPU_MILLICORES,
     MAX_MEMORY_BYTES,
     Override,
+    Timestamp,
     to_naive_utc,
     to_rfc3339,
 )
@@ -49,7 +52,7 @@ class OverridePut(BaseModel):
     memory_request: str | None = Field(default=None, max_length=64, examples=["1Gi"])
     memory_limit: str | None = Field(default=None, max_length=64, examples=["8Gi"])
     reason: str | None = Field(default=None, max_length=2000)
-    expires_at: datetime | None = None
+    expires_at: Timestamp | None = None
 
     @field_validator("expires_at")
     @classmethod
@@ -294,7 +297,7 @@ for _path, _dep in _SCOPE_PATHS:
         summary=f"Create (201) or replace (200) the {_scope}-scope override",
         responses={
             201: {"model": OverridePublic, "description": "created"},
-            **problem_responses(InvalidInput, PreconditionFailed, Unauthorized, Forbidden),
+            **problem_responses(BadRequest, InvalidInput, PreconditionFailed, PayloadTooLarge, Unauthorized, Forbidden),
         },
     )
     router.add_api_route(

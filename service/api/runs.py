@@ -2,31 +2,58 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+import asyncio
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
 from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..auth import IngestPrincipal
 from ..db import WriteSessionDep
 from ..errors import (
+    BadRequest,
     Conflict,
     Forbidden,
     InvalidInput,
     PayloadTooLarge,
     Unauthorized,
+    Unavailable,
     problem_responses,
     validation_errors,
 )
-from ..models import (
-    BatchItemPublic,
-    RunCreate,
-    RunPublic,
-    RunsBatchCreate,
-    RunsBatchPublic,
-)
+from ..models import BatchItemPublic, RunCreate, RunPublic, RunsBatchCreate, RunsBatchPublic
 from ..observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
 from ..services import runs as runs_service
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+
+async def _store(request: Request, session: AsyncSession, body: RunCreate) -> RunPublic:
+    """Ingest and commit one run within the ingest timeout. Only a committed run is answered
+    201; a database that is down or too slow is a 503 to retry (a retry of a run that did commit
+    is answered 200, rule I4)."""
+    settings = request.app.state.settings
+
+    async def work() -> runs_service.Ingested:
+        done = await runs_service.ingest(session=session, body=body)
+        await session.commit()
+        return done
+
+    try:
+        done = await asyncio.wait_for(work(), settings.ingest_timeout_seconds)
+    except TimeoutError:
+        raise Unavailable(
+            f"the database did not commit the run within {settings.ingest_timeout_seconds:g}s; retry",
+            headers={"Retry-After": "2"},
+        ) from None
+    RUNS_INGESTED.labels(result=done.run.result).inc()
+    if done.run.result == "created":
+        request.app.state.pruner.note(done.job_id)
+        if not done.run.clean:
+            OOM_SUSPECT_RUNS.inc()
+    return done.run
 
 
 @router.post(
@@ -34,43 +61,32 @@ router = APIRouter(prefix="/api/v1", tags=["runs"])
     response_model=RunPublic,
     status_code=201,
     responses={
-        200: {
-            "model": RunPublic,
-            "description": "the same run was already stored; nothing new was stored",
-        },
-        **problem_responses(Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden),
+        200: {"model": RunPublic, "description": "the same run was already stored; nothing new was stored"},
+        **problem_responses(BadRequest, Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
     },
 )
 async def post_run(
-    body: RunCreate,
-    response: Response,
-    session: WriteSessionDep,
-    principal: IngestPrincipal,
+    request: Request, body: RunCreate, response: Response, session: WriteSessionDep, principal: IngestPrincipal
 ) -> RunPublic:
     """Store one finished run; 201 when new, 200 when already stored with the same content,
-    409 when stored with other content (rule I4)."""
+    409 when stored with other content (rule I4), 503 with Retry-After when the database fails."""
     principal.ensure_org(body.org)
-    run = await runs_service.ingest(session=session, body=body)
-    await session.commit()
-    count_ingest(run)
+    run = await _store(request, session, body)
     response.status_code = 201 if run.result == "created" else 200
     return run
 
 
-def count_ingest(run: RunPublic) -> None:
-    """Count a committed run by result (conflicts and rejections are counted where they end)."""
-    RUNS_INGESTED.labels(result=run.result).inc()
-    if run.result == "created" and not run.clean:
-        OOM_SUSPECT_RUNS.inc()
+def _problem(status: int, type_: str, **fields: Any) -> dict[str, Any]:
+    return {"type": type_, "title": HTTPStatus(status).phrase, "status": status, **fields}
 
 
 @router.post(
     "/runs:batch",
     response_model=RunsBatchPublic,
-    responses=problem_responses(InvalidInput, PayloadTooLarge, Unauthorized, Forbidden),
+    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
 )
 async def post_runs_batch(
-    body: RunsBatchCreate, session: WriteSessionDep, principal: IngestPrincipal
+    request: Request, body: RunsBatchCreate, session: WriteSessionDep, principal: IngestPrincipal
 ) -> RunsBatchPublic:
     """Store up to 500 runs; each is answered on its own, by index, and one bad run does not
     block the others. Every run answered 201 is committed."""
@@ -81,57 +97,23 @@ async def post_runs_batch(
         except ValidationError as exc:
             RUNS_INGESTED.labels(result="rejected").inc()
             errors = validation_errors([{**e, "loc": ("body", "runs", index, *e["loc"])} for e in exc.errors()])
-            results.append(
-                BatchItemPublic(
-                    index=index,
-                    status=422,
-                    result="rejected",
-                    problem={
-                        "status": 422,
-                        "title": "Unprocessable Content",
-                        "type": InvalidInput.type_,
-                        "errors": errors,
-                    },
-                )
-            )
+            problem = _problem(422, InvalidInput.type_, errors=errors)
+            results.append(BatchItemPublic(index=index, status=422, result="rejected", problem=problem))
             continue
         if not principal.may_access_org(run_body.org):
             RUNS_INGESTED.labels(result="rejected").inc()
-            results.append(
-                BatchItemPublic(
-                    index=index,
-                    status=403,
-                    result="rejected",
-                    problem={
-                        "status": 403,
-                        "title": "Forbidden",
-                        "type": Forbidden.type_,
-                        "detail": f"token {principal.name!r} may not access org {run_body.org!r}",
-                    },
-                )
-            )
+            detail = f"token {principal.name!r} may not access org {run_body.org!r}"
+            problem = _problem(403, Forbidden.type_, detail=detail)
+            results.append(BatchItemPublic(index=index, status=403, result="rejected", problem=problem))
             continue
         try:
-            run = await runs_service.ingest(session=session, body=run_body)
-            await session.commit()
+            run = await _store(request, session, run_body)
         except Conflict as exc:
             await session.rollback()
             RUNS_INGESTED.labels(result="conflict").inc()
-            results.append(
-                BatchItemPublic(
-                    index=index,
-                    status=409,
-                    result="conflict",
-                    problem={
-                        "status": 409,
-                        "title": "Conflict",
-                        "type": Conflict.type_,
-                        "detail": exc.detail,
-                    },
-                )
-            )
+            problem = _problem(409, Conflict.type_, detail=exc.detail)
+            results.append(BatchItemPublic(index=index, status=409, result="conflict", problem=problem))
             continue
-        count_ingest(run)
         status = 201 if run.result == "created" else 200
         results.append(BatchItemPublic(index=index, status=status, result=run.result, run=run))
     return RunsBatchPublic(

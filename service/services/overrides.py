@@ -87,6 +87,8 @@ async def get(*, session: AsyncSession, key: ScopeKey) -> Override | None:
 
 
 def check_preconditions(current: Override | None, *, if_match: str | None, if_none_match: str | None) -> None:
+    if_match = if_match.strip() if if_match and if_match.strip() else None  # an empty header is no header
+    if_none_match = if_none_match.strip() if if_none_match and if_none_match.strip() else None
     if if_match is not None:
         if current is None:
             raise PreconditionFailed("If-Match given but there is no override at this scope")

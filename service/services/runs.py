@@ -160,7 +160,13 @@ async def get_or_create_job(*, session: AsyncSession, org: str, repo: str, workf
     return created
 
 
-async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> RunPublic:
+@dataclass(frozen=True)
+class Ingested:
+    run: RunPublic
+    job_id: int
+
+
+async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> Ingested:
     body = prepared.body
     job = await get_or_create_job(
         session=session,
@@ -187,7 +193,7 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> RunPubli
                 )
             ).scalars()
         )
-        return run_public(body, existing, stored, "duplicate")
+        return Ingested(run_public(body, existing, stored, "duplicate"), job.id)
     run = Run(
         job_id=job.id,
         run_id=body.run_id,
@@ -204,10 +210,10 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> RunPubli
     containers = [RunContainer(run_pk=run.id, **row) for row in prepared.containers]
     session.add_all(containers)
     await session.flush()
-    return run_public(body, run, containers, "created")
+    return Ingested(run_public(body, run, containers, "created"), job.id)
 
 
-async def ingest(*, session: AsyncSession, body: RunCreate, prepared: PreparedRun | None = None) -> RunPublic:
+async def ingest(*, session: AsyncSession, body: RunCreate, prepared: PreparedRun | None = None) -> Ingested:
     """Store one run unless it is already there (rule I4).
 
     Returns the run with ``result`` "created" or "duplicate"; raises ``Conflict`` for the same

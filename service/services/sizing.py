@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import copy
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -301,6 +303,7 @@ def compute(
             "memory_qos": policy.memory_qos,
             "node_ceiling_bytes": ceiling,
             "generated_at": to_rfc3339(utcnow()),
+            "degraded": False,
         },
     }
 
@@ -351,3 +354,42 @@ async def recommend(*, session: AsyncSession, key: ScopeKey, params: SizingParam
     answer = compute(key=key, history=history, pins=pins, params=params, policy=policy)
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
     return Recommendation(answer=answer, job_id=job_id)
+
+
+class AnswerCache:
+    """The last answer served per job, bounded (least recently served evicted first), for
+    degraded mode: when the database fails, the build still gets what it got last time."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._answers: OrderedDict[ScopeKey, dict[str, Any]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._answers)
+
+    def put(self, key: ScopeKey, answer: dict[str, Any]) -> None:
+        if self.capacity <= 0:
+            return
+        self._answers[key] = answer
+        self._answers.move_to_end(key)
+        while len(self._answers) > self.capacity:
+            self._answers.popitem(last=False)
+
+    def get(self, key: ScopeKey) -> dict[str, Any] | None:
+        found = self._answers.get(key)
+        if found is not None:
+            self._answers.move_to_end(key)
+        return found
+
+
+def degraded(*, key: ScopeKey, cache: AnswerCache, params: SizingParams, policy: Policy) -> dict[str, Any]:
+    """The answer when the database cannot be read in time: the last answer served for the job,
+    else the unknown-phase defaults (without overrides, which cannot be read either); both
+    marked ``meta.degraded``."""
+    cached = cache.get(key)
+    if cached is not None:
+        answer = copy.deepcopy(cached)
+    else:
+        answer = compute(key=key, history=History(), pins={}, params=params, policy=policy)
+    answer["meta"]["degraded"] = True
+    return answer

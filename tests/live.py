@@ -1,0 +1,83 @@
+"""A real ``ci-sizer serve`` process for tests that need one (crash, outage, workers, fuzzing)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    def __init__(
+        self, database_url: str, *args: str, log: Path | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.database_url = database_url
+        self.args = args
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.env = env or {}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 60) -> LiveServer:
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "service",
+                "serve",
+                "--port",
+                str(self.port),
+                "--database-url",
+                self.database_url,
+                *self.args,
+            ],
+            env={**os.environ, **self.env},
+            stdout=out,
+            stderr=out,
+        )
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, f"server exited with {self.proc.returncode}"
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no flush, as a crash."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def __enter__(self) -> LiveServer:
+        return self.start()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()

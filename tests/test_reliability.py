@@ -1,0 +1,290 @@
+"""Reliability: fail-open sizing, ingest under faults, retention, hardening, and real-process
+tests against PostgreSQL (crash with kill -9, database outage, concurrency)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from service.db import build_engine
+
+from .conftest import _admin
+from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
+from .live import LiveServer
+from .pg import PostgresServer, ThrowawayCluster, find_pg_bin
+
+DEAD_PG = "postgresql+asyncpg://nobody@127.0.0.1:9/nothing"  # nothing listens on port 9
+
+
+# --------------------------------------------------------------------------- fail-open (in process)
+
+
+async def test_sizing_fails_open_when_the_database_is_unreachable(make_client: Any) -> None:
+    # never a 5xx for a database fault: unknown-phase defaults, marked degraded
+    from service.main import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(database_url=DEAD_PG, sizing_deadline_ms=2000))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            r = await client.get(sizing_path())
+            assert r.status_code == 200
+            body = r.json()
+            assert body["meta"]["degraded"] is True
+            assert body["meta"]["phase"] == "unknown"
+            assert body["containers"][0]["memory"]["limit"] == "4Gi"
+            # ingest cannot be acknowledged: 503 with Retry-After, as problem+json
+            r = await client.post("/api/v1/runs", json=run(1))
+            assert r.status_code == 503
+            assert r.headers["Retry-After"].isdigit()
+            assert r.headers["content-type"] == "application/problem+json"
+            assert (await client.get("/readyz")).status_code == 503
+            assert (await client.get("/healthz")).status_code == 200
+            metrics = (await client.get("/metrics")).text
+            assert "ci_sizer_degraded_answers_total" in metrics
+
+
+@pytest.fixture
+def lock_runs(db_url: str) -> Any:
+    """Hold exclusive locks on ``jobs`` and ``runs`` from another connection (PostgreSQL), so reads block."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("table locks that block readers are a PostgreSQL feature")
+    u = make_url(db_url)
+    held: dict[str, Any] = {}
+
+    async def take() -> None:
+        conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute("LOCK TABLE jobs, runs IN ACCESS EXCLUSIVE MODE")
+        held["conn"], held["tx"] = conn, tx
+
+    async def release() -> None:
+        await held["tx"].rollback()
+        await held["conn"].close()
+
+    return take, release
+
+
+async def test_slow_database_answers_the_last_recommendation_degraded(make_client: Any, lock_runs: Any) -> None:
+    take, release = lock_runs
+    async with make_client(sizing_deadline_ms=250) as client:
+        await post_runs(client, run(1, container(cpu=300, mem=100 * MIB)))
+        fresh = await sizing(client)
+        assert fresh["meta"]["degraded"] is False
+        await take()
+        try:
+            started = time.monotonic()
+            r = await client.get(sizing_path())
+            elapsed = time.monotonic() - started
+            other = await client.get(sizing_path({**JOB, "job": "never-served"}))
+        finally:
+            await release()
+        assert r.status_code == 200
+        slow = r.json()
+        assert slow["meta"]["degraded"] is True
+        assert slow["containers"] == fresh["containers"]  # the last answer served for that job
+        assert elapsed < 5  # answered at the deadline, not when the lock went away
+        assert other.json()["meta"]["degraded"] is True
+        assert other.json()["containers"][0]["name"] == "*"  # nothing cached: the defaults
+        # and once the database answers again, so does the service, without a restart
+        assert (await sizing(client))["meta"]["degraded"] is False
+
+
+async def test_answer_cache_is_bounded() -> None:
+    from service.services.overrides import ScopeKey
+    from service.services.sizing import AnswerCache
+
+    cache = AnswerCache(2)
+    for n in range(5):
+        cache.put(ScopeKey("o", "r", "w", str(n)), {"n": n})
+    assert len(cache) == 2
+    assert cache.get(ScopeKey("o", "r", "w", "0")) is None
+    assert cache.get(ScopeKey("o", "r", "w", "4")) == {"n": 4}
+
+
+# --------------------------------------------------------------------------- retention
+
+
+async def count_rows(url: str, table: str) -> int:
+    engine = build_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return int((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+    finally:
+        await engine.dispose()
+
+
+async def test_retention_keeps_the_newest_runs(make_client: Any, db_url: str) -> None:
+    async with make_client(retention_runs=5, retention_interval_seconds=0.05) as client:
+        order = [7, 1, 12, 3, 9, 5, 11, 2, 8, 10, 4, 6]  # posted out of finished_at order
+        await post_runs(client, *(run(n, container(mem=n * MIB), container("side")) for n in order))
+        deadline = time.monotonic() + 20
+        while await count_rows(db_url, "runs") > 5:
+            assert time.monotonic() < deadline, "retention did not prune"
+            await asyncio.sleep(0.05)
+        answer = await sizing(client, runs=100)
+        assert answer["meta"]["clean_samples"] == 5
+        assert answer["containers"][0]["observed"]["memory_bytes"] == 12 * MIB
+        assert await count_rows(db_url, "run_containers") == 10  # containers went with their runs
+        # ingest still works and the bound holds
+        await post_runs(client, run(13))
+        deadline = time.monotonic() + 20
+        while await count_rows(db_url, "runs") > 5:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- hardening
+
+
+@pytest.mark.parametrize("depth", [100, 100_000])
+async def test_deep_nesting_is_a_clean_4xx(client: httpx.AsyncClient, depth: int) -> None:
+    raw = '{"org":' + "[" * depth + "]" * depth + "}"
+    r = await client.post("/api/v1/runs", content=raw, headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+async def test_overlong_and_unknown_query_values(client: httpx.AsyncClient) -> None:
+    r = await client.get(sizing_path() + "?runs=" + "9" * 5000)
+    assert r.status_code == 422
+    r = await client.get("/api/v1/sizing/" + "%2F".join(["a"] * 300) + "/r/w/j")
+    assert r.status_code == 422  # a segment over 200 characters once decoded
+
+
+# --------------------------------------------------------------------------- real processes, PostgreSQL
+
+
+@pytest.fixture
+def pg_database(postgres_server: PostgresServer) -> Iterator[str]:
+    name = f"ci_sizer_live_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_admin(postgres_server.url, f'CREATE DATABASE "{name}"'))
+    yield make_url(postgres_server.url).set(database=name).render_as_string(hide_password=False)
+    asyncio.run(_admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _stored_run_ids(url: str) -> list[str]:
+    async def go() -> list[str]:
+        engine = build_engine(url)
+        try:
+            async with engine.connect() as conn:
+                return [r[0] for r in (await conn.execute(text("SELECT run_id FROM runs"))).all()]
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(go())
+
+
+def test_crash_loses_nothing_acknowledged(pg_database: str, tmp_path: Path) -> None:
+    server = LiveServer(pg_database, log=tmp_path / "serve.log").start()
+    acknowledged: list[str] = []
+    stop = threading.Event()
+
+    def ingest_loop() -> None:
+        with httpx.Client(base_url=server.url, timeout=5) as c:
+            n = 0
+            while not stop.is_set() and n < 5000:
+                n += 1
+                body = run(n)
+                try:
+                    r = c.post("/api/v1/runs", json=body)
+                except httpx.HTTPError:
+                    continue  # the server died mid-request: not acknowledged
+                if r.status_code == 201:
+                    acknowledged.append(body["run_id"])
+
+    worker = threading.Thread(target=ingest_loop)
+    worker.start()
+    try:
+        while len(acknowledged) < 40:
+            time.sleep(0.01)
+        server.kill()  # kill -9 mid-stream
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        worker.join(timeout=30)
+    with LiveServer(pg_database, log=tmp_path / "serve.log") as again:
+        stored = _stored_run_ids(pg_database)
+        assert set(acknowledged) <= set(stored), set(acknowledged) - set(stored)
+        assert len(stored) == len(set(stored))  # nothing doubled
+        # re-posting every acknowledged run is a 200 duplicate, not a second copy
+        with httpx.Client(base_url=again.url, timeout=10) as c:
+            for run_id in acknowledged[-5:]:
+                n = int(run_id.removeprefix("run-"))
+                assert c.post("/api/v1/runs", json=run(n)).status_code == 200
+        assert len(_stored_run_ids(pg_database)) == len(stored)
+
+
+def test_database_outage_fails_open_and_recovers(tmp_path: Path) -> None:
+    if not (find_pg_bin("initdb") and find_pg_bin("pg_ctl")):
+        pytest.skip("needs initdb/pg_ctl to stop and start its own PostgreSQL")
+    cluster = ThrowawayCluster().start()
+    try:
+        with (
+            LiveServer(cluster.url, "--log-level", "warning", log=tmp_path / "serve.log") as server,
+            httpx.Client(base_url=server.url, timeout=10) as c,
+        ):
+            for n in (1, 2, 3):
+                assert c.post("/api/v1/runs", json=run(n, container(cpu=400, mem=700 * MIB))).status_code == 201
+            before = c.get(sizing_path()).json()
+            assert before["meta"]["degraded"] is False
+            cluster.pg_stop()  # the database goes away during traffic
+            for _ in range(10):
+                started = time.monotonic()
+                r = c.get(sizing_path())
+                assert time.monotonic() - started < 3  # the build start path does not wait
+                assert r.status_code == 200
+                assert r.json()["meta"]["degraded"] is True
+                assert r.json()["containers"] == before["containers"]
+            r = c.post("/api/v1/runs", json=run(4))
+            assert r.status_code == 503
+            assert "Retry-After" in r.headers
+            cluster.pg_start()  # it comes back; no restart of the service
+            deadline = time.monotonic() + 30
+            while True:
+                r = c.post("/api/v1/runs", json=run(4))
+                if r.status_code == 201:
+                    break
+                assert r.status_code == 503, r.text
+                assert time.monotonic() < deadline, "ingest did not recover"
+                time.sleep(0.2)
+            after = c.get(sizing_path()).json()
+            assert after["meta"]["degraded"] is False
+            assert after["meta"]["clean_samples"] == 4
+    finally:
+        cluster.stop()
+
+
+def test_live_concurrency_one_run_and_one_override(pg_database: str, tmp_path: Path) -> None:
+    with LiveServer(pg_database, log=tmp_path / "serve.log") as server:
+
+        def post(_: int) -> int:
+            return httpx.post(f"{server.url}/api/v1/runs", json=run(1), timeout=30).status_code
+
+        def put(n: int) -> int:
+            url = f"{server.url}/api/v1/sizing/overrides/acme/web"
+            return httpx.put(url, json={"cpu_limit": f"{n + 1}"}, timeout=30).status_code
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+            runs = sorted(pool.map(post, range(32)))
+            puts = sorted(pool.map(put, range(32)))
+        assert runs.count(201) == 1, runs
+        assert runs.count(200) == 31, runs
+        assert puts.count(201) == 1, puts
+        assert puts.count(200) == 31, puts
+        assert _stored_run_ids(pg_database) == ["run-1"]
+        listed = httpx.get(f"{server.url}/api/v1/sizing/overrides").json()["items"]
+        assert len(listed) == 1

@@ -27,6 +27,7 @@ _FLAGS = {
     "workers": "--workers",
     "retention_runs": "--retention-runs",
     "sizing_deadline_ms": "--sizing-deadline-ms",
+    "sizing_cache_entries": "--sizing-cache-entries",
 }
 
 
@@ -67,6 +68,7 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
     p.add_argument("--workers", help="uvicorn worker processes (default 1; metrics aggregate across them)")
     p.add_argument("--retention-runs", help="newest runs kept per job (default 200)")
     p.add_argument("--sizing-deadline-ms", help="fail-open deadline of the sizing call (default 250)")
+    p.add_argument("--sizing-cache-entries", help="jobs whose answers are cached in process (default 20000; 0: off)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -162,10 +162,13 @@ def _toml_str(value: str) -> str:
 
 
 def _principal(request: Request) -> Principal:
-    store: TokenStore = request.app.state.tokens
+    return principal_from(request.app.state.tokens, request.headers.get("authorization", ""))
+
+
+def principal_from(store: TokenStore, header: str) -> Principal:
+    """The caller named by an ``Authorization`` header; raises Unauthorized."""
     if not store.enabled:
         return ANONYMOUS
-    header = request.headers.get("authorization", "")
     scheme, _, secret = header.partition(" ")
     if not header:
         raise Unauthorized("a bearer token is required", headers={"WWW-Authenticate": _CHALLENGE})

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import __version__, core
 from .api import api_router
+from .api.fastpath import CachedSizing
 from .api.paths import RawPathSegments
 from .auth import TokenStore, load_tokens
 from .db import build_engine, build_sessionmaker
@@ -24,8 +25,10 @@ from .errors import PayloadTooLarge, install_error_handlers, problem_response
 from .observability.fleet import FleetTracker
 from .observability.metrics import RUNS_INGESTED, set_build_info
 from .observability.middleware import Observability
+from .services.cache import AnswerCache
+from .services.changes import ChangeFeed
 from .services.retention import Pruner
-from .services.sizing import AnswerCache
+from .services.runs import JobIds
 from .settings import Settings, get_settings, is_loopback
 
 log = logging.getLogger("ci_sizer")
@@ -124,12 +127,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         set_build_info(core.BACKEND)
         await _warm_up(engine)
         write_maker = app.state.write_sessionmaker
+        pruner: Pruner = app.state.pruner
         tasks = [
             asyncio.create_task(_periodic(settings.fleet_flush_seconds, lambda: app.state.fleet.flush(write_maker))),
             asyncio.create_task(
-                _periodic(settings.retention_interval_seconds, lambda: app.state.pruner.run_once(write_maker))
+                _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers))
             ),
         ]
+        if not settings.is_sqlite:
+            app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
+            tasks.append(asyncio.create_task(app.state.change_feed.run()))
         log.info(
             "ci-sizer %s starting: core backend=%s, database=%s, auth=%s",
             __version__,
@@ -150,7 +157,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             await app.state.fleet.flush(write_maker)
-            await app.state.pruner.run_once(write_maker)
+            await pruner.run_once(write_maker, app.state.answers)
             await engine.dispose()
             if write_engine is not engine:
                 await write_engine.dispose()
@@ -165,10 +172,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.tokens = tokens
     app.state.fleet = FleetTracker()
     app.state.pruner = Pruner(settings.retention_runs)
-    app.state.answers = AnswerCache(settings.sizing_cache_entries)
+    app.state.job_ids = JobIds()
+    # on SQLite no change feed reaches other workers: with several, answers are fresh for a short TTL
+    shared_sqlite = settings.is_sqlite and settings.workers > 1
+    app.state.answers = AnswerCache(
+        settings.sizing_cache_entries, ttl_seconds=settings.sizing_cache_ttl_seconds if shared_sqlite else None
+    )
     install_error_handlers(app)
     app.include_router(api_router)
     # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
+    app.add_middleware(CachedSizing, cache=app.state.answers, tokens=tokens)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observability)
     app.add_middleware(RawPathSegments)

@@ -60,7 +60,12 @@ class Settings(BaseSettings):
     ingest_timeout_seconds: float = Field(default=10.0, gt=0, description="503 when ingest takes longer")
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
-    sizing_cache_entries: int = Field(default=10_000, ge=0, description="last answers kept for degraded mode")
+    sizing_cache_entries: int = Field(
+        default=20_000, ge=0, description="jobs whose answers are kept in process (0: no cache, no degraded answers)"
+    )
+    sizing_cache_ttl_seconds: float = Field(
+        default=1.0, gt=0, description="freshness bound of cached answers with SQLite and several workers"
+    )
 
     @field_validator("database_url")
     @classmethod

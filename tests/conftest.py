@@ -112,6 +112,9 @@ def make_client(db_url: str) -> ClientFactory:
         settings.setdefault("sizing_deadline_ms", 30_000)
         app = create_app(Settings(database_url=db_url, **settings))
         async with app.router.lifespan_context(app):
+            feed = getattr(app.state, "change_feed", None)
+            if feed is not None:  # PostgreSQL: answers are cached only once the change feed listens
+                await asyncio.wait_for(feed.listening.wait(), 30)
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
                 client.app = app  # type: ignore[attr-defined]

@@ -7,6 +7,7 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from ..auth import AdminPrincipal, ReadPrincipal
 from ..db import SessionDep, WriteSessionDep
@@ -35,6 +36,7 @@ from ..quantity import (
     parse_cpu_millicores,
     parse_memory_bytes,
 )
+from ..services import changes
 from ..services import overrides as overrides_service
 from ..services.overrides import ListFilter, Pins, Scope, ScopeKey
 from .paths import job_key, org_key, repo_key, workflow_key
@@ -210,7 +212,7 @@ async def list_overrides(
     return OverridesPublic(items=[to_public(o) for o in rows], next_cursor=next_cursor)
 
 
-KeyDep = Callable[..., ScopeKey]
+KeyDep = Callable[..., Coroutine[Any, Any, ScopeKey]]
 _SCOPE_PATHS: tuple[tuple[str, KeyDep], ...] = (
     ("/{org}", org_key),
     ("/{org}/{repo}", repo_key),
@@ -218,6 +220,14 @@ _SCOPE_PATHS: tuple[tuple[str, KeyDep], ...] = (
     ("/{org}/{repo}/{workflow}/{job}", job_key),
 )
 Endpoint = Callable[..., Coroutine[Any, Any, Any]]
+
+
+async def _commit_change(request: Request, session: AsyncSession) -> None:
+    """Commit an override write, then mark every cached sizing answer stale: here at once, and in
+    other workers through the change feed (an override can bear on any number of jobs)."""
+    await changes.publish(session, None, request.app.state.answers.origin)
+    await session.commit()
+    request.app.state.answers.invalidate_all()
 
 
 def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
@@ -257,6 +267,7 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
             if_match=if_match,
             if_none_match=if_none_match,
         )
+        await _commit_change(request, session)
         public = to_public(saved)
         response.status_code = 201 if created else 200
         response.headers["ETag"] = public.etag
@@ -264,12 +275,14 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
 
     async def delete_override(
         key: Key,
+        request: Request,
         session: WriteSessionDep,
         principal: AdminPrincipal,
         if_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         principal.ensure_org(key.org)
         await overrides_service.delete(session=session, key=key, if_match=if_match)
+        await _commit_change(request, session)
         return Response(status_code=204)
 
     return get_override, put_override, delete_override

@@ -66,19 +66,19 @@ Workflow = Org
 JobName = Org
 
 
-def org_key(org: Org) -> ScopeKey:
+async def org_key(org: Org) -> ScopeKey:
     return ScopeKey(segment(org, "org"))
 
 
-def repo_key(org: Org, repo: Repo) -> ScopeKey:
+async def repo_key(org: Org, repo: Repo) -> ScopeKey:
     return ScopeKey(segment(org, "org"), segment(repo, "repo"))
 
 
-def workflow_key(org: Org, repo: Repo, workflow: Workflow) -> ScopeKey:
+async def workflow_key(org: Org, repo: Repo, workflow: Workflow) -> ScopeKey:
     return ScopeKey(segment(org, "org"), segment(repo, "repo"), segment(workflow, "workflow"))
 
 
-def job_key(org: Org, repo: Repo, workflow: Workflow, job: JobName) -> ScopeKey:
+async def job_key(org: Org, repo: Repo, workflow: Workflow, job: JobName) -> ScopeKey:
     return ScopeKey(
         segment(org, "org"),
         segment(repo, "repo"),
@@ -87,4 +87,6 @@ def job_key(org: Org, repo: Repo, workflow: Workflow, job: JobName) -> ScopeKey:
     )
 
 
+# the key dependencies are ``async def``: FastAPI would run plain functions in a thread pool, a
+# thread hop per request for a few string operations
 JobKeyDep = Annotated[ScopeKey, Depends(job_key)]

@@ -25,7 +25,9 @@ from ..errors import (
 )
 from ..models import BatchItemPublic, RunCreate, RunPublic, RunsBatchCreate, RunsBatchPublic
 from ..observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
+from ..services import changes
 from ..services import runs as runs_service
+from ..services.overrides import ScopeKey
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
 
@@ -36,8 +38,12 @@ async def _store(request: Request, session: AsyncSession, body: RunCreate) -> Ru
     is answered 200, rule I4)."""
     settings = request.app.state.settings
 
+    key = ScopeKey(body.org, body.repo, body.workflow, body.job)
+
     async def work() -> runs_service.Ingested:
-        done = await runs_service.ingest(session=session, body=body)
+        done = await runs_service.ingest(session=session, body=body, job_ids=request.app.state.job_ids)
+        if done.run.result == "created":
+            await changes.publish(session, key, request.app.state.answers.origin)  # to other workers, on commit
         await session.commit()
         return done
 
@@ -50,7 +56,8 @@ async def _store(request: Request, session: AsyncSession, body: RunCreate) -> Ru
         ) from None
     RUNS_INGESTED.labels(result=done.run.result).inc()
     if done.run.result == "created":
-        request.app.state.pruner.note(done.job_id)
+        request.app.state.answers.invalidate(key)  # after the commit: this worker reads its own writes
+        request.app.state.pruner.note(done.job_id, key)
         if not done.run.clean:
             OOM_SUSPECT_RUNS.inc()
     return done.run

@@ -7,15 +7,16 @@ import logging
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ..auth import ReadPrincipal
 from ..db import DB_FAULTS
 from ..errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from ..models import CpuPercentile, SizingPublic
-from ..observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS
+from ..observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS, SIZING_CACHE
 from ..services import sizing as sizing_service
+from ..services.cache import AnswerCache, CacheKey, Entry
 from ..services.overrides import ScopeKey
 from .paths import JobKeyDep
 
@@ -40,8 +41,13 @@ def policy_of(request: Request) -> sizing_service.Policy:
 async def _recommend(
     request: Request, key: ScopeKey, params: sizing_service.SizingParams, policy: sizing_service.Policy
 ) -> sizing_service.Recommendation:
-    async with request.app.state.sessionmaker() as session:
-        return await sizing_service.recommend(session=session, key=key, params=params, policy=policy)
+    # a bare connection, not an ORM session: the read path is three Core statements
+    async with request.app.state.engine.connect() as conn:
+        return await sizing_service.recommend(conn=conn, key=key, params=params, policy=policy)
+
+
+def _json(body: bytes) -> Response:
+    return Response(content=body, media_type="application/json")
 
 
 @router.get(
@@ -57,18 +63,29 @@ async def get_sizing(
     runs: Annotated[int, Query(ge=1, le=100, description="newest clean runs to analyse (rule S5)")] = 5,
     buffer: Annotated[int, Query(ge=0, le=1000, description="CPU headroom in percent (rule S9)")] = 20,
     cpu_percentile: Annotated[CpuPercentile, Query(description="CPU stat to size from (rule S9)")] = "p95",
-) -> OrjsonResponse:
+) -> Response:
     """Requests and limits per container for the job's next run. A job never seen answers 200 in
     the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name.
+
+    Answers are cached in process until a run of the job is stored or pruned or an override
+    changes (``meta.generated_at`` says when an answer was computed).
 
     Fail-open: when the database is down or does not answer within the deadline
     (``CI_SIZER_SIZING_DEADLINE_MS``, 250 ms), the answer is still 200: the last answer served for
     the job, else the unknown-phase defaults, with ``meta.degraded: true``."""
     principal.ensure_org(key.org)
+    cache: AnswerCache = request.app.state.answers
+    cache_key = CacheKey(runs, buffer, cpu_percentile)
+    hit = cache.fresh(key, cache_key)
+    if hit is not None:
+        SIZING_CACHE.labels(result="hit").inc()
+        RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
+        return _json(hit.body)
+    SIZING_CACHE.labels(result="miss").inc()
     params = sizing_service.SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
     policy = policy_of(request)
-    cache: sizing_service.AnswerCache = request.app.state.answers
     deadline = request.app.state.settings.sizing_deadline_ms / 1000
+    ticket = cache.ticket(key)
     try:
         rec = await asyncio.wait_for(_recommend(request, key, params, policy), deadline)
     except DB_FAULTS as exc:
@@ -76,12 +93,25 @@ async def get_sizing(
         if not isinstance(exc, TimeoutError):
             DATABASE_ERRORS.inc()
         log.warning("sizing answered degraded: %s", type(exc).__name__)
-        answer = sizing_service.degraded(key=key, cache=cache, params=params, policy=policy)
+        last = cache.last_served(key, cache_key)
+        answer = sizing_service.degraded(
+            key=key, last=None if last is None else orjson.loads(last.body), params=params, policy=policy
+        )
         RECOMMENDATIONS.labels(phase=answer["meta"]["phase"], override_scope=answer["meta"]["override_scope"]).inc()
         return OrjsonResponse(answer)
-    cache.put(key, rec.answer)
     meta = rec.answer["meta"]
+    body = orjson.dumps(rec.answer)
+    entry = Entry(
+        body=body,
+        phase=meta["phase"],
+        override_scope=meta["override_scope"],
+        job_id=rec.job_id,
+        fresh_until=rec.fresh_until,
+        epoch=0,
+        version=0,
+    )
+    cache.put(key, cache_key, ticket, entry)
     RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
     if rec.job_id is not None:
         request.app.state.fleet.note(rec.job_id, rec.totals())
-    return OrjsonResponse(rec.answer)
+    return _json(body)

@@ -1,15 +1,17 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
 """Compiled sizing maths: the same functions as ``_reference.py``, over C arrays.
 
-``six_stats`` copies the samples into a C buffer once (summing and taking the max on the way),
-then finds the percentile ranks by selection (quickselect, narrowing the range from the highest
-quantile down, with a sort fallback past a depth bound) instead of sorting everything.
+``six_stats`` sums and takes the extremes in one pass, then finds the percentile ranks without
+sorting: a histogram of value buckets tells which few buckets hold the wanted ranks, only their
+samples are kept, and quickselect finds the ranks inside them. Small or non-finite inputs select
+over a copy of everything instead (quickselect, with a sort fallback past a depth bound).
 """
 
 from array import array
 
-from libc.math cimport ceil, fabs, floor
-from libc.stdlib cimport free, malloc, qsort
+from libc.math cimport ceil, fabs, floor, isfinite
+from libc.stdlib cimport calloc, free, malloc, qsort
+from libc.string cimport memset
 
 cdef long long MIB = 1 << 20
 cdef long long GIB = 1 << 30
@@ -77,6 +79,142 @@ cdef void _select(double* x, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t k) noexcep
             return
 
 
+cdef inline Py_ssize_t _bucket(double v, double lo, double scale, Py_ssize_t nb) noexcept nogil:
+    # rounding is monotonic, so v <= w gives _bucket(v) <= _bucket(w): buckets keep the order
+    cdef double b = (v - lo) * scale
+    if b >= nb:
+        return nb - 1
+    return <Py_ssize_t>b
+
+
+cdef double _rank_by_select(double* x, Py_ssize_t n, Py_ssize_t k) noexcept nogil:
+    _select(x, 0, n - 1, k)
+    return x[k]
+
+
+cdef int _quantiles_by_select(const double[::1] view, Py_ssize_t n, double* out) noexcept nogil:
+    """The four quantiles by quickselect over a copy, narrowing from the highest quantile down."""
+    cdef double* x = <double*>malloc(n * sizeof(double))
+    if x == NULL:
+        return -1
+    cdef Py_ssize_t i, f, j
+    cdef Py_ssize_t prev_k = n
+    cdef double prev_next = 0.0
+    cdef double h, lo_v, hi_v
+    cdef int qi
+    for i in range(n):
+        x[i] = view[i]
+    for qi in range(4):
+        h = (n - 1) * _QUANTILES[qi]
+        f = <Py_ssize_t>floor(h)
+        if f == prev_k:
+            lo_v = x[f]
+            hi_v = prev_next
+        else:
+            _select(x, 0, prev_k - 1, f)
+            lo_v = x[f]
+            hi_v = lo_v
+            if f + 1 < n:
+                # the element of rank f+1 is the smallest right of f (up to prev_k)
+                hi_v = x[f + 1]
+                j = prev_k if prev_k < n else n - 1
+                for i in range(f + 2, j + 1):
+                    if x[i] < hi_v:
+                        hi_v = x[i]
+        if f + 1 < n:
+            out[qi] = lo_v + (h - f) * (hi_v - lo_v)
+        else:
+            out[qi] = lo_v
+        prev_k = f
+        prev_next = hi_v
+    free(x)
+    return 0
+
+
+cdef int _quantiles_by_buckets(
+    const double[::1] view, Py_ssize_t n, double lo, double peak, double* out
+) noexcept nogil:
+    """The four quantiles by a bucket histogram: count samples into value buckets, keep only the
+    samples of the (at most eight) buckets that hold a wanted rank, and select within those.
+    Three passes over the samples and small selections; returns 1 when the value range cannot be
+    bucketed (the caller then selects over everything)."""
+    cdef Py_ssize_t nb = n // 4
+    if nb > 16384:
+        nb = 16384
+    cdef double scale = nb / (peak - lo)
+    if not isfinite(scale) or not isfinite(peak - lo):
+        return 1
+    cdef Py_ssize_t* start = <Py_ssize_t*>calloc(nb + 1, sizeof(Py_ssize_t))
+    cdef signed char* slot = <signed char*>malloc(nb)
+    cdef double* kept = NULL
+    if start == NULL or slot == NULL:
+        free(start)
+        free(slot)
+        return -1
+    cdef Py_ssize_t i, b, f, r, lo_b, hi_b, mid, total_kept
+    cdef Py_ssize_t[8] ranks
+    cdef Py_ssize_t[8] rank_bucket
+    cdef Py_ssize_t[8] slot_bucket
+    cdef Py_ssize_t[8] slot_offset
+    cdef Py_ssize_t[8] slot_fill
+    cdef int qi, s, nslots = 0, nranks = 0
+    cdef double h, v0, v1
+    cdef double[8] values
+    for i in range(n):
+        start[_bucket(view[i], lo, scale, nb) + 1] += 1
+    for b in range(nb):
+        start[b + 1] += start[b]
+    memset(slot, -1, nb)
+    for qi in range(4):
+        f = <Py_ssize_t>floor((n - 1) * _QUANTILES[qi])
+        ranks[nranks] = f
+        ranks[nranks + 1] = f + 1 if f + 1 < n else f
+        nranks += 2
+    total_kept = 0
+    for r in range(nranks):
+        # the bucket b with start[b] <= rank < start[b + 1]
+        lo_b = 0
+        hi_b = nb - 1
+        while lo_b < hi_b:
+            mid = (lo_b + hi_b + 1) // 2
+            if start[mid] <= ranks[r]:
+                lo_b = mid
+            else:
+                hi_b = mid - 1
+        rank_bucket[r] = lo_b
+        if slot[lo_b] < 0:
+            slot[lo_b] = nslots
+            slot_bucket[nslots] = lo_b
+            slot_offset[nslots] = total_kept
+            slot_fill[nslots] = total_kept
+            total_kept += start[lo_b + 1] - start[lo_b]
+            nslots += 1
+    kept = <double*>malloc(total_kept * sizeof(double))
+    if kept == NULL:
+        free(start)
+        free(slot)
+        return -1
+    for i in range(n):
+        s = slot[_bucket(view[i], lo, scale, nb)]
+        if s >= 0:
+            kept[slot_fill[s]] = view[i]
+            slot_fill[s] += 1
+    for r in range(nranks):
+        b = rank_bucket[r]
+        s = slot[b]
+        values[r] = _rank_by_select(kept + slot_offset[s], start[b + 1] - start[b], ranks[r] - start[b])
+    for qi in range(4):
+        h = (n - 1) * _QUANTILES[qi]
+        f = <Py_ssize_t>floor(h)
+        v0 = values[2 * qi]
+        v1 = values[2 * qi + 1]
+        out[qi] = v0 + (h - f) * (v1 - v0) if f + 1 < n else v0
+    free(kept)
+    free(start)
+    free(slot)
+    return 0
+
+
 def six_stats(samples):
     """Return ``(peak, p99, p95, p75, p50, avg)`` of the samples (rule I2)."""
     cdef const double[::1] view
@@ -87,51 +225,28 @@ def six_stats(samples):
     cdef Py_ssize_t n = view.shape[0]
     if n == 0:
         raise ValueError("six_stats needs at least one sample")
-    cdef double* x = <double*>malloc(n * sizeof(double))
-    if x == NULL:
-        raise MemoryError()
     cdef double total = 0.0
-    cdef double peak
-    cdef double h, lo_v, hi_v, v
-    cdef Py_ssize_t i, f, j
-    cdef Py_ssize_t prev_k = n
-    cdef double prev_next = 0.0
+    cdef double peak, lo, v
+    cdef Py_ssize_t i
     cdef double[4] out
-    cdef int qi
-    try:
-        with nogil:
-            peak = view[0]
-            for i in range(n):
-                v = view[i]
-                x[i] = v
-                total += v
-                if v > peak:
-                    peak = v
-            for qi in range(4):
-                h = (n - 1) * _QUANTILES[qi]
-                f = <Py_ssize_t>floor(h)
-                if f == prev_k:
-                    lo_v = x[f]
-                    hi_v = prev_next
-                else:
-                    _select(x, 0, prev_k - 1, f)
-                    lo_v = x[f]
-                    hi_v = lo_v
-                    if f + 1 < n:
-                        # the element of rank f+1 is the smallest right of f (up to prev_k)
-                        hi_v = x[f + 1]
-                        j = prev_k if prev_k < n else n - 1
-                        for i in range(f + 2, j + 1):
-                            if x[i] < hi_v:
-                                hi_v = x[i]
-                if f + 1 < n:
-                    out[qi] = lo_v + (h - f) * (hi_v - lo_v)
-                else:
-                    out[qi] = lo_v
-                prev_k = f
-                prev_next = hi_v
-    finally:
-        free(x)
+    cdef int rc = 1
+    with nogil:
+        peak = view[0]
+        lo = view[0]
+        for i in range(n):
+            v = view[i]
+            total += v
+            if v > peak:
+                peak = v
+            if v < lo:
+                lo = v
+        # a NaN or an infinity (or a sum past the double range) makes the total non-finite: select
+        if n >= 64 and peak > lo and isfinite(total):
+            rc = _quantiles_by_buckets(view, n, lo, peak, out)
+        if rc == 1:
+            rc = _quantiles_by_select(view, n, out)
+    if rc != 0:
+        raise MemoryError()
     return (peak, out[0], out[1], out[2], out[3], total / n)
 
 

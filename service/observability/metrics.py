@@ -69,6 +69,11 @@ DEGRADED_ANSWERS = Counter(
     "ci_sizer_degraded_answers_total",
     "Sizing answers served degraded because the database failed or was slow.",
 )
+SIZING_CACHE = Counter(
+    "ci_sizer_sizing_cache_lookups_total",
+    "Sizing requests by whether a fresh cached answer served them (hit) or the database was read (miss).",
+    ["result"],
+)
 OVERRIDES = Gauge(
     "ci_sizer_overrides",
     "Overrides stored, by scope.",

@@ -7,6 +7,7 @@ import logging
 import re
 import time
 import uuid
+from dataclasses import dataclass
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -16,6 +17,13 @@ from .metrics import HTTP_DURATION, HTTP_REQUESTS
 access_log = logging.getLogger("ci_sizer.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
 UNMATCHED = "<unmatched>"
+
+
+@dataclass(frozen=True)
+class RouteLabel:
+    """Stands for a route in ``scope["route"]`` where a request is answered before routing."""
+
+    path: str
 
 
 def route_template(scope: Scope) -> str:

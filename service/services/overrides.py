@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, or_, select
+from sqlalchemy import ColumnElement, and_, bindparam, or_, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlmodel import col
 
 from ..errors import InvalidInput, NotFound, PreconditionFailed
@@ -69,7 +69,11 @@ def etag(o: Override) -> str:
     return '"' + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32] + '"'
 
 
-def is_expired(o: Override, now: datetime | None = None) -> bool:
+#: an override as read for sizing: a row with the overrides table's columns
+PinRow = Any
+
+
+def is_expired(o: Override | PinRow, now: datetime | None = None) -> bool:
     return o.expires_at is not None and o.expires_at <= (now or utcnow())
 
 
@@ -169,19 +173,27 @@ async def delete(*, session: AsyncSession, key: ScopeKey, if_match: str | None =
     await session.flush()
 
 
-async def applicable(*, session: AsyncSession, org: str, repo: str, workflow: str, job: str) -> dict[str, Override]:
+_table = Override.__table__  # type: ignore[attr-defined]
+_APPLICABLE = select(_table).where(
+    _table.c.org == bindparam("org"),
+    or_(
+        and_(_table.c.repo == "", _table.c.workflow == "", _table.c.job == ""),
+        and_(_table.c.repo == bindparam("repo"), _table.c.workflow == "", _table.c.job == ""),
+        and_(_table.c.repo == bindparam("repo"), _table.c.workflow == bindparam("workflow"), _table.c.job == ""),
+        and_(
+            _table.c.repo == bindparam("repo"),
+            _table.c.workflow == bindparam("workflow"),
+            _table.c.job == bindparam("job"),
+        ),
+    ),
+)
+
+
+async def applicable(*, conn: AsyncConnection, key: ScopeKey) -> dict[str, PinRow]:
     """The unexpired overrides that bear on one job, by scope (rule O2)."""
-    keys = [
-        ScopeKey(org, repo, workflow, job),
-        ScopeKey(org, repo, workflow),
-        ScopeKey(org, repo),
-        ScopeKey(org),
-    ]
-    rows = (
-        await session.execute(select(Override).where(col(Override.org) == org, or_(*(_where_key(k) for k in keys))))
-    ).scalars()
+    rows = await conn.execute(_APPLICABLE, {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job})
     now = utcnow()
-    return {o.scope: o for o in rows if not is_expired(o, now)}
+    return {row.scope: row for row in rows if not is_expired(row, now)}
 
 
 def encode_cursor(last_id: int) -> str:

@@ -14,6 +14,9 @@ from sqlmodel import col
 
 from ..models import Run
 from ..observability.metrics import DATABASE_ERRORS
+from . import changes
+from .cache import AnswerCache
+from .overrides import ScopeKey
 
 log = logging.getLogger("ci_sizer.retention")
 
@@ -35,24 +38,31 @@ async def prune_job(*, session: AsyncSession, job_id: int, keep: int) -> int:
 class Pruner:
     def __init__(self, keep: int) -> None:
         self.keep = keep
-        self.pending: set[int] = set()
+        self.pending: dict[int, ScopeKey] = {}
 
-    def note(self, job_id: int) -> None:
-        self.pending.add(job_id)
+    def note(self, job_id: int, key: ScopeKey) -> None:
+        self.pending[job_id] = key
 
-    async def run_once(self, maker: async_sessionmaker[AsyncSession]) -> int:
-        """Prune every noted job; a job that fails stays noted for the next pass."""
+    async def run_once(self, maker: async_sessionmaker[AsyncSession], cache: AnswerCache | None = None) -> int:
+        """Prune every noted job; a job that fails stays noted for the next pass. Pruning can
+        change a job's answer (its clean-run count, its window), so the job's cached answers
+        are invalidated, here and, through the change feed, in other workers."""
         removed = 0
-        jobs, self.pending = self.pending, set()
-        for job_id in sorted(jobs):
+        jobs, self.pending = self.pending, {}
+        for job_id, key in sorted(jobs.items()):
             try:
                 async with maker() as session:
-                    removed += await prune_job(session=session, job_id=job_id, keep=self.keep)
+                    gone = await prune_job(session=session, job_id=job_id, keep=self.keep)
+                    if gone:
+                        await changes.publish(session, key, cache.origin if cache is not None else "")
                     await session.commit()
+                removed += gone
+                if gone and cache is not None:
+                    cache.invalidate(key)
             except Exception as exc:
                 DATABASE_ERRORS.inc()
                 log.warning("retention pass failed for a job: %s", type(exc).__name__)
-                self.pending.add(job_id)
+                self.pending[job_id] = key
         if removed:
             log.info("retention removed %d run(s)", removed)
         return removed

@@ -6,13 +6,14 @@ import hashlib
 import time
 from array import array
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import select
+from sqlalchemy import bindparam, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlmodel import col
 
 from .. import core
 from ..errors import Conflict
@@ -27,6 +28,7 @@ from ..models import (
     RunCreate,
     RunPublic,
     to_rfc3339,
+    utcnow,
 )
 from ..observability.metrics import CORE_DURATION
 
@@ -117,7 +119,8 @@ def prepare(body: RunCreate) -> PreparedRun:
     return PreparedRun(body=body, containers=containers, clean=clean, content_hash=digest)
 
 
-def run_public(body: RunCreate, run: Run, containers: list[RunContainer], result: Result) -> RunPublic:
+def run_public(body: RunCreate, run: Any, containers: list[Any], result: Result) -> RunPublic:
+    """``run`` and ``containers``: rows or models with the Run and RunContainer columns."""
     return RunPublic(
         org=body.org,
         repo=body.repo,
@@ -140,23 +143,69 @@ def run_public(body: RunCreate, run: Run, containers: list[RunContainer], result
     )
 
 
-async def get_or_create_job(*, session: AsyncSession, org: str, repo: str, workflow: str, job: str) -> Job:
-    """The job row; created on first sight. Raises IntegrityError when a concurrent insert won."""
-    found = (
-        await session.execute(
-            select(Job).where(
-                col(Job.org) == org,
-                col(Job.repo) == repo,
-                col(Job.workflow) == workflow,
-                col(Job.job) == job,
-            )
-        )
-    ).scalar_one_or_none()
+# The write path of one run, in Core statements built once: no ORM unit of work. Jobs are never
+# deleted, so a job id, once read back from the database, is remembered in process.
+_jobs = Job.__table__  # type: ignore[attr-defined]
+_runs = Run.__table__  # type: ignore[attr-defined]
+_containers = RunContainer.__table__  # type: ignore[attr-defined]
+_JOB_ID = select(_jobs.c.id).where(
+    _jobs.c.org == bindparam("org"),
+    _jobs.c.repo == bindparam("repo"),
+    _jobs.c.workflow == bindparam("workflow"),
+    _jobs.c.job == bindparam("job"),
+)
+_NEW_JOB = insert(_jobs).returning(_jobs.c.id)
+_EXISTING_RUN = select(_runs).where(_runs.c.job_id == bindparam("job_id"), _runs.c.run_id == bindparam("run_id"))
+_STORED_CONTAINERS = (
+    select(_containers).where(_containers.c.run_pk == bindparam("run_pk")).order_by(_containers.c.position)
+)
+_NEW_CONTAINERS = insert(_containers)
+
+
+def _new_run(dialect: str) -> Any:
+    """INSERT ... ON CONFLICT (job_id, run_id) DO NOTHING RETURNING id: no id back means the run
+    is already stored (rule I4), without a failed statement or a prior lookup."""
+    stmt = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(_runs)
+    return stmt.on_conflict_do_nothing(index_elements=["job_id", "run_id"]).returning(_runs.c.id)
+
+
+_NEW_RUN = {name: _new_run(name) for name in ("postgresql", "sqlite")}
+
+
+class JobIds:
+    """Job ids by key, one per app (per database), bounded (oldest first out). Only ids read back
+    from the database, which are committed, are kept; an id that fails its foreign key (a job
+    deleted by hand) is forgotten when the ingest retries."""
+
+    def __init__(self, capacity: int = 100_000) -> None:
+        self.capacity = capacity
+        self._ids: dict[tuple[str, str, str, str], int] = {}
+
+    def get(self, key: tuple[str, str, str, str]) -> int | None:
+        return self._ids.get(key)
+
+    def put(self, key: tuple[str, str, str, str], job_id: int) -> None:
+        self._ids[key] = job_id
+        if len(self._ids) > self.capacity:
+            del self._ids[next(iter(self._ids))]
+
+    def forget(self, key: tuple[str, str, str, str]) -> None:
+        self._ids.pop(key, None)
+
+
+async def job_id_for(*, session: AsyncSession, job_ids: JobIds, org: str, repo: str, workflow: str, job: str) -> int:
+    """The job's id; the job is created on first sight. Raises IntegrityError when a concurrent
+    insert of the same job won (the caller rolls back and tries again)."""
+    key = (org, repo, workflow, job)
+    cached = job_ids.get(key)
+    if cached is not None:
+        return cached
+    params = {"org": org, "repo": repo, "workflow": workflow, "job": job}
+    found: int | None = (await session.execute(_JOB_ID, params)).scalar_one_or_none()
     if found is not None:
+        job_ids.put(key, found)
         return found
-    created = Job(org=org, repo=repo, workflow=workflow, job=job)
-    session.add(created)
-    await session.flush()
+    created: int = (await session.execute(_NEW_JOB, {**params, "created_at": utcnow()})).scalar_one()
     return created
 
 
@@ -166,65 +215,55 @@ class Ingested:
     job_id: int
 
 
-async def _ingest_once(session: AsyncSession, prepared: PreparedRun) -> Ingested:
+async def _ingest_once(session: AsyncSession, prepared: PreparedRun, job_ids: JobIds) -> Ingested:
     body = prepared.body
-    job = await get_or_create_job(
-        session=session,
-        org=body.org,
-        repo=body.repo,
-        workflow=body.workflow,
-        job=body.job,
+    job_id = await job_id_for(
+        session=session, job_ids=job_ids, org=body.org, repo=body.repo, workflow=body.workflow, job=body.job
     )
-    assert job.id is not None
-    existing = (
-        await session.execute(select(Run).where(col(Run.job_id) == job.id, col(Run.run_id) == body.run_id))
-    ).scalar_one_or_none()
-    if existing is not None:  # rule I4
+    values = {
+        "job_id": job_id,
+        "run_id": body.run_id,
+        "started_at": body.started_at,
+        "finished_at": body.finished_at,
+        "ingested_at": utcnow(),
+        "node_memory_bytes": body.node_memory_bytes,
+        "pod_memory_peak_bytes": body.pod_memory_peak_bytes,
+        "clean": prepared.clean,
+        "content_hash": prepared.content_hash,
+    }
+    dialect = session.get_bind().dialect.name
+    run_pk: int | None = (await session.execute(_NEW_RUN[dialect], values)).scalar_one_or_none()
+    if run_pk is None:  # rule I4: already stored
+        existing = (await session.execute(_EXISTING_RUN, {"job_id": job_id, "run_id": body.run_id})).one()
         if existing.content_hash != prepared.content_hash:
             raise Conflict(
                 f"run {body.run_id!r} of this job was already stored with different content; nothing was changed"
             )
-        stored = list(
-            (
-                await session.execute(
-                    select(RunContainer)
-                    .where(col(RunContainer.run_pk) == existing.id)
-                    .order_by(col(RunContainer.position))
-                )
-            ).scalars()
-        )
-        return Ingested(run_public(body, existing, stored, "duplicate"), job.id)
-    run = Run(
-        job_id=job.id,
-        run_id=body.run_id,
-        started_at=body.started_at,
-        finished_at=body.finished_at,
-        node_memory_bytes=body.node_memory_bytes,
-        pod_memory_peak_bytes=body.pod_memory_peak_bytes,
-        clean=prepared.clean,
-        content_hash=prepared.content_hash,
-    )
-    session.add(run)
-    await session.flush()
-    assert run.id is not None
-    containers = [RunContainer(run_pk=run.id, **row) for row in prepared.containers]
-    session.add_all(containers)
-    await session.flush()
-    return Ingested(run_public(body, run, containers, "created"), job.id)
+        stored = list((await session.execute(_STORED_CONTAINERS, {"run_pk": existing.id})).all())
+        return Ingested(run_public(body, existing, stored, "duplicate"), job_id)
+    containers = [{"run_pk": run_pk, **row} for row in prepared.containers]
+    await session.execute(_NEW_CONTAINERS, containers)
+    run = SimpleNamespace(**values, id=run_pk)
+    return Ingested(run_public(body, run, [SimpleNamespace(**c) for c in containers], "created"), job_id)
 
 
-async def ingest(*, session: AsyncSession, body: RunCreate, prepared: PreparedRun | None = None) -> Ingested:
+async def ingest(
+    *, session: AsyncSession, body: RunCreate, job_ids: JobIds, prepared: PreparedRun | None = None
+) -> Ingested:
     """Store one run unless it is already there (rule I4).
 
     Returns the run with ``result`` "created" or "duplicate"; raises ``Conflict`` for the same
-    key with other content. A concurrent insert of the same job or run loses on the unique
-    constraint; the transaction is then rolled back and the lookup repeated, so exactly one run
-    is stored and the loser answers "duplicate" (or "conflict").
+    key with other content. The same run posted concurrently is stored once (the insert does
+    nothing on the unique key and the loser reads the winner's run). A concurrent first insert of
+    the same job loses on the unique constraint; the transaction is then rolled back and the
+    lookup repeated.
     """
     prepared = prepared or prepare(body)
+    key = (body.org, body.repo, body.workflow, body.job)
     for _ in range(3):
         try:
-            return await _ingest_once(session, prepared)
+            return await _ingest_once(session, prepared, job_ids)
         except IntegrityError:
             await session.rollback()
-    return await _ingest_once(session, prepared)
+            job_ids.forget(key)
+    return await _ingest_once(session, prepared, job_ids)

@@ -6,15 +6,14 @@
 
 from __future__ import annotations
 
-import copy
+import math
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, Literal
 
-from sqlalchemy import and_, func, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlmodel import col
+from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import core
 from ..models import Job, Override, Run, RunContainer, to_rfc3339, utcnow
@@ -22,7 +21,7 @@ from ..observability.fleet import JobTotals
 from ..observability.metrics import CORE_DURATION
 from ..quantity import format_cpu, format_memory
 from . import overrides as overrides_service
-from .overrides import SCOPES, ScopeKey
+from .overrides import SCOPES, PinRow, ScopeKey
 
 Phase = Literal["unknown", "learning", "confident"]
 _PHASE_CODE = {
@@ -54,7 +53,8 @@ class HistoryRun:
     id: int
     clean: bool
     pod_memory_peak_bytes: int | None
-    containers: dict[str, RunContainer] = field(default_factory=dict)
+    #: rows with RunContainer's stats columns, by container name
+    containers: dict[str, Any] = field(default_factory=dict)
 
     def pod_memory(self) -> int:
         """Rule S11: the reported pod peak, else the sum of the containers' peaks."""
@@ -71,58 +71,108 @@ class History:
     newest_node_memory_bytes: int | None = None
 
 
-async def load_history(*, session: AsyncSession, job_id: int | None, runs: int, need_node_memory: bool) -> History:
+# The read path of one sizing answer: three statements, built once, run on a bare connection
+# (no ORM identity map, no per-request statement construction). Each is an index range scan:
+# jobs by uq_jobs_key, runs by ix_runs_job_clean_history / ix_runs_job_history, containers by
+# uq_run_containers_run_name, overrides by uq_overrides_scope, whatever the size of the history.
+_runs = Run.__table__  # type: ignore[attr-defined]
+_containers = RunContainer.__table__  # type: ignore[attr-defined]
+_jobs = Job.__table__  # type: ignore[attr-defined]
+_overrides = Override.__table__  # type: ignore[attr-defined]
+_NEWEST_FIRST = (_runs.c.finished_at.desc(), _runs.c.id.desc())
+
+_SUMMARY = select(
+    _jobs.c.id,
+    select(func.count())
+    .select_from(_runs)
+    .where(_runs.c.job_id == _jobs.c.id, _runs.c.clean)
+    .scalar_subquery()
+    .label("clean_samples"),
+    select(_runs.c.node_memory_bytes)
+    .where(_runs.c.job_id == _jobs.c.id, _runs.c.node_memory_bytes.is_not(None))
+    .order_by(*_NEWEST_FIRST)
+    .limit(1)
+    .scalar_subquery()
+    .label("node_memory_bytes"),
+).where(
+    _jobs.c.org == bindparam("org"),
+    _jobs.c.repo == bindparam("repo"),
+    _jobs.c.workflow == bindparam("workflow"),
+    _jobs.c.job == bindparam("job"),
+)
+
+_newest_clean = (
+    select(_runs.c.finished_at, _runs.c.id)
+    .where(_runs.c.job_id == bindparam("job_id"), _runs.c.clean)
+    .order_by(*_NEWEST_FIRST)
+    .limit(bindparam("runs"))
+    .subquery("newest_clean")
+)
+#: the oldest of the newest ``runs`` clean runs: the window starts there (rule S3)
+_BOUNDARY = (
+    select(_newest_clean.c.finished_at, _newest_clean.c.id)
+    .order_by(_newest_clean.c.finished_at, _newest_clean.c.id)
+    .limit(1)
+    .subquery("boundary")
+)
+_WINDOW_COLUMNS = (
+    _runs.c.id,
+    _runs.c.clean,
+    _runs.c.pod_memory_peak_bytes,
+    _containers.c.name,
+    _containers.c.cpu_peak,
+    _containers.c.cpu_p99,
+    _containers.c.cpu_p95,
+    _containers.c.cpu_p75,
+    _containers.c.cpu_p50,
+    _containers.c.cpu_avg,
+    _containers.c.memory_peak_bytes,
+    _containers.c.memory_limit_bytes,
+    _containers.c.oom_suspect,
+)
+_ALL_RUNS = (
+    select(*_WINDOW_COLUMNS)
+    .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
+    .where(_runs.c.job_id == bindparam("job_id"))
+    .order_by(*_NEWEST_FIRST, _containers.c.position)
+)
+_WINDOW = (
+    select(*_WINDOW_COLUMNS)
+    .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
+    .join(
+        _BOUNDARY,
+        or_(
+            _runs.c.finished_at > _BOUNDARY.c.finished_at,
+            and_(_runs.c.finished_at == _BOUNDARY.c.finished_at, _runs.c.id >= _BOUNDARY.c.id),
+        ),
+    )
+    .where(_runs.c.job_id == bindparam("job_id"))
+    .order_by(*_NEWEST_FIRST, _containers.c.position)
+)
+
+
+async def load_history(
+    *, conn: AsyncConnection, key: ScopeKey, runs: int, need_node_memory: bool
+) -> tuple[int | None, History]:
+    """The job's id (None for a job never seen) and what its answer is computed from."""
     history = History()
-    if job_id is None:
-        return history
-    order = (col(Run.finished_at).desc(), col(Run.id).desc())
-    history.clean_samples = (
-        await session.execute(select(func.count()).select_from(Run).where(col(Run.job_id) == job_id, col(Run.clean)))
-    ).scalar_one()
-    window = select(col(Run.id), col(Run.clean), col(Run.pod_memory_peak_bytes)).where(col(Run.job_id) == job_id)
-    if history.clean_samples:
-        oldest = (
-            await session.execute(
-                select(col(Run.finished_at), col(Run.id))
-                .where(col(Run.job_id) == job_id, col(Run.clean))
-                .order_by(*order)
-                .limit(1)
-                .offset(min(runs, history.clean_samples) - 1)
-            )
-        ).one()
-        window = window.where(
-            or_(
-                col(Run.finished_at) > oldest[0],
-                and_(col(Run.finished_at) == oldest[0], col(Run.id) >= oldest[1]),
-            )
-        )
-    rows = (await session.execute(window.order_by(*order))).all()
-    by_id: dict[int, HistoryRun] = {}
-    for run_pk, clean, pod_peak in rows:
-        assert run_pk is not None
-        hr = HistoryRun(id=run_pk, clean=clean, pod_memory_peak_bytes=pod_peak)
-        history.window.append(hr)
-        by_id[run_pk] = hr
-    if by_id:
-        containers = (
-            await session.execute(
-                select(RunContainer)
-                .where(col(RunContainer.run_pk).in_(list(by_id)))
-                .order_by(col(RunContainer.run_pk), col(RunContainer.position))
-            )
-        ).scalars()
-        for c in containers:
-            by_id[c.run_pk].containers[c.name] = c
+    summary = (
+        await conn.execute(_SUMMARY, {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job})
+    ).first()
+    if summary is None:
+        return None, history
+    job_id, history.clean_samples, node_memory = summary
     if need_node_memory:
-        history.newest_node_memory_bytes = (
-            await session.execute(
-                select(col(Run.node_memory_bytes))
-                .where(col(Run.job_id) == job_id, col(Run.node_memory_bytes).is_not(None))
-                .order_by(*order)
-                .limit(1)
-            )
-        ).scalar_one_or_none()
-    return history
+        history.newest_node_memory_bytes = node_memory
+    window = _WINDOW if history.clean_samples else _ALL_RUNS
+    rows = await conn.execute(window, {"job_id": job_id, "runs": runs})
+    current: HistoryRun | None = None
+    for row in rows:
+        if current is None or current.id != row.id:
+            current = HistoryRun(id=row.id, clean=row.clean, pod_memory_peak_bytes=row.pod_memory_peak_bytes)
+            history.window.append(current)
+        current.containers[row.name] = row
+    return job_id, history
 
 
 def phase_for(clean_samples: int) -> Phase:
@@ -175,7 +225,7 @@ class Resolved:
 
 def resolve(
     algorithm: tuple[int, int, int, int],
-    pins: dict[str, Override],
+    pins: dict[str, PinRow],
     *,
     guaranteed: bool,
 ) -> tuple[Resolved, Resolved, Resolved, Resolved]:
@@ -204,7 +254,7 @@ def resolve(
     return cpu_req, cpu_lim, mem_req, mem_lim
 
 
-def override_scope(pins: dict[str, Override]) -> str:
+def override_scope(pins: dict[str, PinRow]) -> str:
     """Rule O4: the most specific scope that supplied at least one field, else "global"."""
     supplied: set[str] = set()
     for column in overrides_service.FIELDS:
@@ -223,7 +273,7 @@ def compute(
     *,
     key: ScopeKey,
     history: History,
-    pins: dict[str, Override],
+    pins: dict[str, PinRow],
     params: SizingParams,
     policy: Policy,
 ) -> dict[str, Any]:
@@ -308,24 +358,13 @@ def compute(
     }
 
 
-async def find_job_id(*, session: AsyncSession, key: ScopeKey) -> int | None:
-    job_id: int | None = (
-        await session.execute(
-            select(col(Job.id)).where(
-                col(Job.org) == key.org,
-                col(Job.repo) == key.repo,
-                col(Job.workflow) == key.workflow,
-                col(Job.job) == key.job,
-            )
-        )
-    ).scalar_one_or_none()
-    return job_id
-
-
 @dataclass(frozen=True)
 class Recommendation:
     answer: dict[str, Any]
     job_id: int | None
+    #: wall-clock seconds until which the answer holds unless something is written (an applied
+    #: override's expiry), else infinity
+    fresh_until: float = math.inf
 
     def totals(self) -> JobTotals:
         """Requests and observed use summed over the containers (for the fleet gauges)."""
@@ -338,58 +377,23 @@ class Recommendation:
         )
 
 
-async def recommend(*, session: AsyncSession, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
     """The sizing answer for one job; an unseen job answers in the unknown phase."""
-    job_id = await find_job_id(session=session, key=key)
-    history = await load_history(
-        session=session,
-        job_id=job_id,
-        runs=params.runs,
-        need_node_memory=policy.max_memory is None,
+    job_id, history = await load_history(
+        conn=conn, key=key, runs=params.runs, need_node_memory=policy.max_memory is None
     )
-    pins = await overrides_service.applicable(
-        session=session, org=key.org, repo=key.repo, workflow=key.workflow, job=key.job
-    )
+    pins = await overrides_service.applicable(conn=conn, key=key)
     started = time.perf_counter()
     answer = compute(key=key, history=history, pins=pins, params=params, policy=policy)
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
-    return Recommendation(answer=answer, job_id=job_id)
+    expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
+    return Recommendation(answer=answer, job_id=job_id, fresh_until=min(expiries, default=math.inf))
 
 
-class AnswerCache:
-    """The last answer served per job, bounded (least recently served evicted first), for
-    degraded mode: when the database fails, the build still gets what it got last time."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._answers: OrderedDict[ScopeKey, dict[str, Any]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._answers)
-
-    def put(self, key: ScopeKey, answer: dict[str, Any]) -> None:
-        if self.capacity <= 0:
-            return
-        self._answers[key] = answer
-        self._answers.move_to_end(key)
-        while len(self._answers) > self.capacity:
-            self._answers.popitem(last=False)
-
-    def get(self, key: ScopeKey) -> dict[str, Any] | None:
-        found = self._answers.get(key)
-        if found is not None:
-            self._answers.move_to_end(key)
-        return found
-
-
-def degraded(*, key: ScopeKey, cache: AnswerCache, params: SizingParams, policy: Policy) -> dict[str, Any]:
+def degraded(*, key: ScopeKey, last: dict[str, Any] | None, params: SizingParams, policy: Policy) -> dict[str, Any]:
     """The answer when the database cannot be read in time: the last answer served for the job,
     else the unknown-phase defaults (without overrides, which cannot be read either); both
     marked ``meta.degraded``."""
-    cached = cache.get(key)
-    if cached is not None:
-        answer = copy.deepcopy(cached)
-    else:
-        answer = compute(key=key, history=History(), pins={}, params=params, policy=policy)
+    answer = last if last is not None else compute(key=key, history=History(), pins={}, params=params, policy=policy)
     answer["meta"]["degraded"] = True
     return answer

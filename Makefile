@@ -29,3 +29,19 @@ run: install  ## serve on the embedded SQLite default
 
 openapi: install  ## regenerate openapi/openapi.json
 	$(VENV)/bin/ci-sizer openapi --output openapi/openapi.json
+
+# Benchmarks print figures and write bench/RESULTS.md; they are not tests. They need wrk
+# (apt-get install wrk) and PostgreSQL: BENCH_DATABASE_URL if given, else CI_SIZER_TEST_DATABASE_URL,
+# else a throwaway initdb/pg_ctl cluster. See docs/performance.md.
+BENCH_DATABASE_URL ?=
+DB_FLAG = $(if $(BENCH_DATABASE_URL),--database-url $(BENCH_DATABASE_URL),)
+
+bench: $(PY)  ## all benches (under 10 minutes); writes bench/RESULTS.md
+	$(PY) -m pip install -q -e '.[bench]'
+	mkdir -p bench/out
+	$(PY) bench/core.py --results bench/out/core.json
+	$(PY) bench/http.py $(DB_FLAG) --results bench/out/http.json
+	$(PY) bench/history.py $(DB_FLAG) --results bench/out/history.json
+	$(PY) bench/ingest.py $(DB_FLAG) --results bench/out/ingest.json
+	$(PY) bench/report.py bench/out/core.json bench/out/http.json bench/out/history.json bench/out/ingest.json > bench/RESULTS.md
+	@echo "wrote bench/RESULTS.md"

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine
 from http import HTTPStatus
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request, Response
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -29,7 +33,26 @@ from ..services import changes
 from ..services import runs as runs_service
 from ..services.overrides import ScopeKey
 
-router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+class FastJsonRoute(APIRoute):
+    """Parses JSON request bodies with orjson, several times faster than the standard library on
+    arrays of samples. A body orjson refuses (``NaN``, integers past 64 bits, malformed JSON) is
+    left to FastAPI's own parsing, so every answer stays what it was."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def route_handler(request: Request) -> Response:
+            body = await request.body()
+            if body:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    request._json = orjson.loads(body)
+            return await handler(request)
+
+        return route_handler
+
+
+router = APIRouter(prefix="/api/v1", tags=["runs"], route_class=FastJsonRoute)
 
 
 async def _store(request: Request, session: AsyncSession, body: RunCreate) -> RunPublic:

@@ -201,11 +201,12 @@ async def job_id_for(*, session: AsyncSession, job_ids: JobIds, org: str, repo: 
     if cached is not None:
         return cached
     params = {"org": org, "repo": repo, "workflow": workflow, "job": job}
-    found: int | None = (await session.execute(_JOB_ID, params)).scalar_one_or_none()
+    conn = await session.connection()  # Core statements: no ORM session machinery per statement
+    found: int | None = (await conn.execute(_JOB_ID, params)).scalar_one_or_none()
     if found is not None:
         job_ids.put(key, found)
         return found
-    created: int = (await session.execute(_NEW_JOB, {**params, "created_at": utcnow()})).scalar_one()
+    created: int = (await conn.execute(_NEW_JOB, {**params, "created_at": utcnow()})).scalar_one()
     return created
 
 
@@ -231,18 +232,18 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun, job_ids: Jo
         "clean": prepared.clean,
         "content_hash": prepared.content_hash,
     }
-    dialect = session.get_bind().dialect.name
-    run_pk: int | None = (await session.execute(_NEW_RUN[dialect], values)).scalar_one_or_none()
+    conn = await session.connection()
+    run_pk: int | None = (await conn.execute(_NEW_RUN[conn.dialect.name], values)).scalar_one_or_none()
     if run_pk is None:  # rule I4: already stored
-        existing = (await session.execute(_EXISTING_RUN, {"job_id": job_id, "run_id": body.run_id})).one()
+        existing = (await conn.execute(_EXISTING_RUN, {"job_id": job_id, "run_id": body.run_id})).one()
         if existing.content_hash != prepared.content_hash:
             raise Conflict(
                 f"run {body.run_id!r} of this job was already stored with different content; nothing was changed"
             )
-        stored = list((await session.execute(_STORED_CONTAINERS, {"run_pk": existing.id})).all())
+        stored = list((await conn.execute(_STORED_CONTAINERS, {"run_pk": existing.id})).all())
         return Ingested(run_public(body, existing, stored, "duplicate"), job_id)
     containers = [{"run_pk": run_pk, **row} for row in prepared.containers]
-    await session.execute(_NEW_CONTAINERS, containers)
+    await conn.execute(_NEW_CONTAINERS, containers)
     run = SimpleNamespace(**values, id=run_pk)
     return Ingested(run_public(body, run, [SimpleNamespace(**c) for c in containers], "created"), job_id)
 

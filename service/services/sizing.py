@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Literal
 
-from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy import bindparam, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import core
@@ -139,13 +139,8 @@ _ALL_RUNS = (
 _WINDOW = (
     select(*_WINDOW_COLUMNS)
     .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
-    .join(
-        _BOUNDARY,
-        or_(
-            _runs.c.finished_at > _BOUNDARY.c.finished_at,
-            and_(_runs.c.finished_at == _BOUNDARY.c.finished_at, _runs.c.id >= _BOUNDARY.c.id),
-        ),
-    )
+    # a row comparison, not an OR: one index range on (job_id, finished_at, id)
+    .join(_BOUNDARY, tuple_(_runs.c.finished_at, _runs.c.id) >= tuple_(_BOUNDARY.c.finished_at, _BOUNDARY.c.id))
     .where(_runs.c.job_id == bindparam("job_id"))
     .order_by(*_NEWEST_FIRST, _containers.c.position)
 )

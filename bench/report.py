@@ -1,0 +1,53 @@
+"""Write ``bench/RESULTS.md`` from the JSON the bench scripts leave with ``--results``.
+
+python bench/report.py bench/out/*.json > bench/RESULTS.md
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+TITLES = {
+    "core": "Core: six stats and per-container arithmetic (bench/core.py)",
+    "http": "HTTP: GET sizing vs a bare FastAPI app (bench/http.py)",
+    "history": "History size: 1,000 vs 1,000,000 stored runs (bench/history.py)",
+    "ingest": "Ingest: POST runs of 3,600 samples vs a bare FastAPI app (bench/ingest.py)",
+}
+ORDER = ["core", "http", "history", "ingest"]
+
+
+def table(rows: list[dict[str, object]]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    lines = ["| " + " | ".join(c.replace("_", " ") for c in columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
+    return lines
+
+
+def main() -> None:
+    results = [json.loads(Path(p).read_text()) for p in sys.argv[1:]]
+    results.sort(key=lambda r: ORDER.index(r["bench"]) if r["bench"] in ORDER else len(ORDER))
+    if not results:
+        sys.exit("no results given")
+    out = [
+        "# Benchmark results",
+        "",
+        "Written by `make bench` (bench/report.py); every figure is a ratio or a pair measured side by side in",
+        "the same run, because the machine is shared and noisy. Latencies in ms, core timings in microseconds.",
+        "",
+        f"- Machine: {results[0]['machine']}",
+        f"- Date: {results[0]['date']}",
+        "",
+    ]
+    for r in results:
+        out += [f"## {TITLES.get(r['bench'], r['bench'])}", "", *table(r["rows"]), ""]
+        out += [f"- {note}" for note in r.get("notes", [])]
+    print("\n".join(out).rstrip() + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Query, Request, Response
@@ -15,11 +15,13 @@ from ..db import DB_FAULTS
 from ..errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from ..models import CpuPercentile, SizingPublic
 from ..observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS, SIZING_CACHE
+from ..services import formats
 from ..services import sizing as sizing_service
 from ..services.cache import AnswerCache, CacheKey, Entry
 from ..services.overrides import ScopeKey
 from .paths import JobKeyDep
 
+OutputFormat = Literal["json", "k8s", "gitlab", "dotenv", "argo", "tekton", "buildkite", "jenkins", "arc"]
 router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"])
 log = logging.getLogger("ci_sizer.sizing")
 
@@ -50,11 +52,22 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
+def _rendered(output: str, answer: dict[str, Any]) -> Response:
+    media_type, text = formats.RENDERERS[output](answer)
+    return Response(content=text, media_type=media_type)
+
+
 @router.get(
     "/{org}/{repo}/{workflow}/{job}",
     response_model=SizingPublic,
     response_class=OrjsonResponse,
-    responses=problem_responses(InvalidInput, Unauthorized, Forbidden),
+    responses={
+        200: {
+            "description": "the answer; with ``format`` other than json, in that CI system's shape",
+            "content": {"application/yaml": {}, "text/plain": {}},
+        },
+        **problem_responses(InvalidInput, Unauthorized, Forbidden),
+    },
 )
 async def get_sizing(
     request: Request,
@@ -63,6 +76,10 @@ async def get_sizing(
     runs: Annotated[int, Query(ge=1, le=100, description="newest clean runs to analyse (rule S5)")] = 5,
     buffer: Annotated[int, Query(ge=0, le=1000, description="CPU headroom in percent (rule S9)")] = 20,
     cpu_percentile: Annotated[CpuPercentile, Query(description="CPU stat to size from (rule S9)")] = "p95",
+    output: Annotated[
+        OutputFormat,
+        Query(alias="format", description="json (the spec's shape) or a CI system's: see docs/integrations"),
+    ] = "json",
 ) -> Response:
     """Requests and limits per container for the job's next run. A job never seen answers 200 in
     the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name.
@@ -80,7 +97,7 @@ async def get_sizing(
     if hit is not None:
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return _json(hit.body)
+        return _json(hit.body) if output == "json" else _rendered(output, orjson.loads(hit.body))
     SIZING_CACHE.labels(result="miss").inc()
     params = sizing_service.SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
     policy = policy_of(request)
@@ -98,7 +115,7 @@ async def get_sizing(
             key=key, last=None if last is None else orjson.loads(last.body), params=params, policy=policy
         )
         RECOMMENDATIONS.labels(phase=answer["meta"]["phase"], override_scope=answer["meta"]["override_scope"]).inc()
-        return OrjsonResponse(answer)
+        return OrjsonResponse(answer) if output == "json" else _rendered(output, answer)
     meta = rec.answer["meta"]
     body = orjson.dumps(rec.answer)
     entry = Entry(
@@ -114,4 +131,4 @@ async def get_sizing(
     RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
     if rec.job_id is not None:
         request.app.state.fleet.note(rec.job_id, rec.totals())
-    return _json(body)
+    return _json(body) if output == "json" else _rendered(output, rec.answer)

@@ -30,6 +30,7 @@ _FLAGS = {
     "retention_runs": "--retention-runs",
     "sizing_deadline_ms": "--sizing-deadline-ms",
     "sizing_cache_entries": "--sizing-cache-entries",
+    "runner_ceilings_file": "--runner-ceilings-file",
 }
 
 
@@ -70,6 +71,7 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
     p.add_argument("--workers", help="uvicorn worker processes (default 1; metrics aggregate across them)")
     p.add_argument("--retention-runs", help="newest runs kept per job (default 200)")
     p.add_argument("--sizing-deadline-ms", help="fail-open deadline of the sizing call (default 250)")
+    p.add_argument("--runner-ceilings-file", help="per-org maxima the CI runners enforce (TOML/YAML)")
     p.add_argument("--sizing-cache-entries", help="jobs whose answers are cached in process (default 20000; 0: off)")
 
 
@@ -150,9 +152,12 @@ def _serve(args: argparse.Namespace) -> None:
     from .main import ExposureError, check_exposure, create_app, redacted
 
     _configure_logging(settings.log_level)
+    from .services.ceilings import CeilingsFileError, load
+
     try:
         check_exposure(settings, load_tokens(settings.tokens_file))
-    except (ExposureError, TokensFileError) as exc:
+        load(settings.runner_ceilings_file)
+    except (ExposureError, TokensFileError, CeilingsFileError) as exc:
         raise CliError(str(exc)) from None
     _migrate(settings.database_url, "head", redacted(settings.database_url))
     common: dict[str, Any] = {

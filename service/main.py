@@ -25,6 +25,7 @@ from .errors import PayloadTooLarge, install_error_handlers, problem_response
 from .observability.fleet import FleetTracker
 from .observability.metrics import RUNS_INGESTED, set_build_info
 from .observability.middleware import Observability
+from .services import ceilings
 from .services.cache import AnswerCache
 from .services.changes import ChangeFeed
 from .services.retention import Pruner
@@ -173,6 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.fleet = FleetTracker()
     app.state.pruner = Pruner(settings.retention_runs)
     app.state.job_ids = JobIds()
+    app.state.ceilings = ceilings.load(settings.runner_ceilings_file)
     # on SQLite no change feed reaches other workers: with several, answers are fresh for a short TTL
     shared_sqlite = settings.is_sqlite and settings.workers > 1
     app.state.answers = AnswerCache(

@@ -352,12 +352,20 @@ class OomPublic(BaseModel):
     capped: bool
 
 
+class RunnerCeilingPublic(BaseModel):
+    capped: bool = Field(description="a value was lowered to the org's runner ceiling")
+    fields: list[str] = Field(description='which: "cpu.request", "cpu.limit", "memory.request", "memory.limit"')
+
+
 class ContainerSizingPublic(BaseModel):
     name: str
     cpu: CpuPublic
     memory: MemoryPublic
     observed: ObservedPublic
     oom: OomPublic
+    runner_ceiling: RunnerCeilingPublic | None = Field(
+        default=None, description="present when runner ceilings are configured for the org"
+    )
 
 
 class SizingMetaPublic(BaseModel):

@@ -52,6 +52,7 @@ class Settings(BaseSettings):
     max_memory: int | None = Field(default=None, description="node ceiling in bytes (rule S15)")
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     tokens_file: Path | None = None
+    runner_ceilings_file: Path | None = None
     allow_anonymous: bool = False
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
     workers: int = Field(default=1, ge=1, le=64)

@@ -37,6 +37,7 @@ def policy_of(request: Request) -> sizing_service.Policy:
         cpu_sizing_mode=settings.cpu_sizing_mode,
         memory_qos=settings.memory_qos,
         max_memory=settings.max_memory,
+        ceilings=request.app.state.ceilings,
     )
 
 

@@ -69,7 +69,7 @@ def argo(answer: dict[str, Any]) -> tuple[str, str]:
     """The value of a template's ``podSpecPatch``: a string holding JSON, served as text so that
     ``application/json`` stays the spec's shape."""
     patch = {"containers": _renamed(answer["containers"], "main")}
-    return "text/plain; charset=utf-8", orjson.dumps(patch).decode()
+    return "text/plain; charset=utf-8", orjson.dumps(patch).decode() + "\n"
 
 
 def arc(answer: dict[str, Any]) -> tuple[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Literal
@@ -20,7 +21,9 @@ from ..models import Job, Override, Run, RunContainer, to_rfc3339, utcnow
 from ..observability.fleet import JobTotals
 from ..observability.metrics import CORE_DURATION
 from ..quantity import format_cpu, format_memory
+from . import ceilings as ceilings_service
 from . import overrides as overrides_service
+from .ceilings import Ceiling
 from .overrides import SCOPES, PinRow, ScopeKey
 
 Phase = Literal["unknown", "learning", "confident"]
@@ -46,6 +49,8 @@ class Policy:
     cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
     memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
     max_memory: int | None = None
+    #: runner ceilings by org ("*": every org), from CI_SIZER_RUNNER_CEILINGS_FILE
+    ceilings: Mapping[str, Ceiling] = field(default_factory=dict)
 
 
 @dataclass
@@ -330,6 +335,10 @@ def compute(
                 "oom": {"consecutive": k, "backoff_factor": 2**k, "capped": capped},
             }
         )
+    runner_ceiling = ceilings_service.for_org(dict(policy.ceilings), key.org)
+    if runner_ceiling is not None:
+        for c in containers:
+            ceilings_service.clamp(c, runner_ceiling)
     return {
         "org": key.org,
         "repo": key.repo,

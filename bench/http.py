@@ -30,33 +30,15 @@ import httpx
 
 from bench import _load, _wrk
 from bench._util import ROOT, save, verdict
-from tests.live import LiveServer, free_port
+from tests.live import LiveServer
 
 
 class BareApp(LiveServer):
     def __init__(self, body_file: Path, log: Path) -> None:
         super().__init__("", log=log, env={"BARE_SIZING_BODY_FILE": str(body_file)})
 
-    def start(self, timeout: float = 60) -> LiveServer:
-        import subprocess
-        import time
-
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(self.port)],
-            env={**__import__("os").environ, **self.env},
-            stdout=out,
-            stderr=out,
-        )
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "bare app did not start"
-            time.sleep(0.1)
+    def command(self) -> list[str]:
+        return [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(self.port)]
 
 
 async def warm(url: str, paths: list[str], concurrency: int = 32) -> None:
@@ -176,5 +158,4 @@ def bench(url: str, paths: list[str], tmp: Path, args: argparse.Namespace) -> di
 
 
 if __name__ == "__main__":
-    _ = free_port
     main()

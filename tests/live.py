@@ -32,20 +32,23 @@ class LiveServer:
         self.env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "service",
+            "serve",
+            "--port",
+            str(self.port),
+            "--database-url",
+            self.database_url,
+            *self.args,
+        ]
+
     def start(self, timeout: float = 60) -> LiveServer:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "service",
-                "serve",
-                "--port",
-                str(self.port),
-                "--database-url",
-                self.database_url,
-                *self.args,
-            ],
+            self.command(),
             env={**os.environ, **self.env},
             stdout=out,
             stderr=out,

@@ -253,3 +253,23 @@ def test_cgroup_v1_on_real_cgroups(tmp_path: Path) -> None:
                     import time
 
                     time.sleep(0.1)
+
+
+def test_watching_a_cgroup_ends_when_it_empties(tmp_path: Path) -> None:
+    # beside a build (no command): sample the cgroup until it has no processes left, then report
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "cpu.stat").write_text("usage_usec 1000000\n")
+    (cg / "memory.current").write_text(str(500 * MIB))
+    (cg / "memory.stat").write_text(f"inactive_file {100 * MIB}\n")
+    (cg / "memory.events").write_text("oom_kill 0\n")
+    (cg / "memory.max").write_text(str(1024 * MIB))
+    (cg / "cgroup.events").write_text("populated 0\n")
+    spool = tmp_path / "spool"
+    done = collect(*IDENTITY, "--run-id", "w", "--cgroup", str(cg), "--interval", "0.05", "--spool-dir", str(spool))
+    assert done.returncode == 0, done.stderr
+    body = json.loads(next(spool.glob("run-*.json")).read_text())
+    c = body["containers"][0]
+    assert c["memory_peak_bytes"] == 400 * MIB
+    assert c["memory_limit_bytes"] == 1024 * MIB
+    assert c["oom_kill_events"] == 0

@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import core
-from ..models import Job, Override, Run, RunContainer, to_rfc3339, utcnow
+from ..models import Job, Run, RunContainer, to_rfc3339, utcnow
 from ..observability.fleet import JobTotals
 from ..observability.metrics import CORE_DURATION
 from ..quantity import format_cpu, format_memory
@@ -79,11 +79,11 @@ class History:
 # The read path of one sizing answer: three statements, built once, run on a bare connection
 # (no ORM identity map, no per-request statement construction). Each is an index range scan:
 # jobs by uq_jobs_key, runs by ix_runs_job_clean_history / ix_runs_job_history, containers by
-# uq_run_containers_run_name, overrides by uq_overrides_scope, whatever the size of the history.
+# uq_run_containers_run_name (overrides: overrides.applicable, by uq_overrides_scope), whatever the
+# size of the history.
 _runs = Run.__table__  # type: ignore[attr-defined]
 _containers = RunContainer.__table__  # type: ignore[attr-defined]
 _jobs = Job.__table__  # type: ignore[attr-defined]
-_overrides = Override.__table__  # type: ignore[attr-defined]
 _NEWEST_FIRST = (_runs.c.finished_at.desc(), _runs.c.id.desc())
 
 _SUMMARY = select(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import tomllib
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,9 +20,10 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from fastapi import Depends, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Forbidden, Unauthorized
+from .settings import read_config_file
 
 Role = Literal["ingest", "read", "admin"]
 ROLES: tuple[Role, ...] = ("ingest", "read", "admin")
@@ -104,19 +104,7 @@ def new_secret() -> str:
 def load_tokens(path: Path | None) -> TokenStore:
     if path is None:
         return TokenStore()
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TokensFileError(f"cannot read tokens file {path}: {exc.strerror}") from None
-    try:
-        raw: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise TokensFileError(f"tokens file {path} does not parse: {type(exc).__name__}") from None
-    try:
-        parsed = TokensFile.model_validate(raw or {})
-    except ValidationError as exc:
-        where = "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors()[:3])
-        raise TokensFileError(f"tokens file {path} is invalid: {where}") from None
+    parsed = read_config_file(path, TokensFile, "tokens", TokensFileError)
     names = [t.name for t in parsed.tokens]
     if len(set(names)) != len(names):
         raise TokensFileError(f"tokens file {path} has duplicate token names")

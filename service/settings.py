@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import tomllib
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+import yaml
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .quantity import QuantityError, parse_memory_bytes
@@ -106,3 +108,24 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Settings from the environment, built on first use (never at import)."""
     return Settings()
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def read_config_file(path: Path, model: type[ModelT], what: str, error: type[Exception]) -> ModelT:
+    """A TOML (``.toml``) or YAML file validated into ``model``. Every failure raises ``error``
+    with one line naming the ``what`` file and why (the first three invalid fields)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise error(f"cannot read {what} file {path}: {exc.strerror}") from None
+    try:
+        raw: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise error(f"{what} file {path} does not parse: {type(exc).__name__}") from None
+    try:
+        return model.model_validate(raw or {})
+    except ValidationError as exc:
+        where = "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors()[:3])
+        raise error(f"{what} file {path} is invalid: {where}") from None

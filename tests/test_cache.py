@@ -24,9 +24,7 @@ P = CacheKey(5, 20, "p95")
 
 
 def entry(body: bytes = b"{}", fresh_until: float = float("inf")) -> Entry:
-    return Entry(
-        body=body, phase="unknown", override_scope="global", job_id=None, fresh_until=fresh_until, epoch=0, version=0
-    )
+    return Entry(body=body, phase="unknown", override_scope="global", fresh_until=fresh_until)
 
 
 def stored(cache: AnswerCache, key: ScopeKey = KEY, body: bytes = b"{}", **kw: Any) -> None:

@@ -119,15 +119,7 @@ async def get_sizing(
         return OrjsonResponse(answer) if output == "json" else _rendered(output, answer)
     meta = rec.answer["meta"]
     body = orjson.dumps(rec.answer)
-    entry = Entry(
-        body=body,
-        phase=meta["phase"],
-        override_scope=meta["override_scope"],
-        job_id=rec.job_id,
-        fresh_until=rec.fresh_until,
-        epoch=0,
-        version=0,
-    )
+    entry = Entry(body=body, phase=meta["phase"], override_scope=meta["override_scope"], fresh_until=rec.fresh_until)
     cache.put(key, cache_key, ticket, entry)
     RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
     if rec.job_id is not None:

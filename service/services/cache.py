@@ -36,11 +36,10 @@ class Entry:
     body: bytes  #: the rendered JSON answer
     phase: str
     override_scope: str
-    job_id: int | None
     #: wall-clock seconds after which the entry is no longer fresh (``inf``: until invalidated)
     fresh_until: float
-    epoch: int  #: the cache's global epoch when computed
-    version: int  #: the job slot's version when computed
+    epoch: int = 0  #: the cache's global epoch when computed (set by ``put``)
+    version: int = 0  #: the job slot's version when computed (set by ``put``)
 
 
 @dataclass(slots=True)

@@ -13,15 +13,15 @@ pins included, and each container says whether it was (``runner_ceiling.capped``
 
 from __future__ import annotations
 
-import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from ..quantity import format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
+from ..settings import read_config_file
 
 FIELDS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 
@@ -71,17 +71,7 @@ class Ceiling:
 def load(path: Path | None) -> dict[str, Ceiling]:
     if path is None:
         return {}
-    try:
-        text = path.read_text()
-        raw: Any = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-        parsed = _File.model_validate(raw or {})
-    except OSError as exc:
-        raise CeilingsFileError(f"cannot read ceilings file {path}: {exc.strerror}") from None
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        raise CeilingsFileError(f"ceilings file {path} does not parse: {type(exc).__name__}") from None
-    except ValidationError as exc:
-        where = "; ".join(".".join(str(p) for p in e["loc"]) + ": " + e["msg"] for e in exc.errors()[:3])
-        raise CeilingsFileError(f"ceilings file {path} is invalid: {where}") from None
+    parsed = read_config_file(path, _File, "ceilings", CeilingsFileError)
     out: dict[str, Ceiling] = {}
     for e in parsed.ceilings:
         if e.org in out:
@@ -95,7 +85,7 @@ def load(path: Path | None) -> dict[str, Ceiling]:
     return out
 
 
-def for_org(ceilings: dict[str, Ceiling], org: str) -> Ceiling | None:
+def for_org(ceilings: Mapping[str, Ceiling], org: str) -> Ceiling | None:
     """The org's own entry, its gaps filled from ``*``; None when neither exists."""
     own, default = ceilings.get(org), ceilings.get("*")
     if own is None or default is None:

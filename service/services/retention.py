@@ -43,7 +43,7 @@ class Pruner:
     def note(self, job_id: int, key: ScopeKey) -> None:
         self.pending[job_id] = key
 
-    async def run_once(self, maker: async_sessionmaker[AsyncSession], cache: AnswerCache | None = None) -> int:
+    async def run_once(self, maker: async_sessionmaker[AsyncSession], cache: AnswerCache) -> int:
         """Prune every noted job; a job that fails stays noted for the next pass. Pruning can
         change a job's answer (its clean-run count, its window), so the job's cached answers
         are invalidated, here and, through the change feed, in other workers."""
@@ -54,10 +54,10 @@ class Pruner:
                 async with maker() as session:
                     gone = await prune_job(session=session, job_id=job_id, keep=self.keep)
                     if gone:
-                        await changes.publish(session, key, cache.origin if cache is not None else "")
+                        await changes.publish(session, key, cache.origin)
                     await session.commit()
                 removed += gone
-                if gone and cache is not None:
+                if gone:
                     cache.invalidate(key)
             except Exception as exc:
                 DATABASE_ERRORS.inc()

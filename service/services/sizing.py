@@ -335,7 +335,7 @@ def compute(
                 "oom": {"consecutive": k, "backoff_factor": 2**k, "capped": capped},
             }
         )
-    runner_ceiling = ceilings_service.for_org(dict(policy.ceilings), key.org)
+    runner_ceiling = ceilings_service.for_org(policy.ceilings, key.org)
     if runner_ceiling is not None:
         for c in containers:
             ceilings_service.clamp(c, runner_ceiling)

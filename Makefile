@@ -12,8 +12,8 @@ $(PY):
 install: $(PY)  ## install with test extras (compiles the Cython core)
 	$(PY) -m pip install -q -e '.[test]'
 
-build: install  ## rebuild the Cython core in place
-	$(PY) setup.py build_ext --inplace
+build: install  ## rebuild the Cython core in place (an isolated build: the venv's setuptools may be old)
+	$(PY) -m pip install -q --no-deps -e .
 
 lint: install  ## ruff and mypy
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy service

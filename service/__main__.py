@@ -1,4 +1,4 @@
-"""The ``ci-sizer`` command: serve, migrate, token create, openapi."""
+"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, openapi."""
 
 from __future__ import annotations
 
@@ -121,6 +121,24 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubled each time")
     collect.add_argument("--flush", type=Path, metavar="DIR", help="send the runs spooled in DIR, then exit")
     collect.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
+    stage = sub.add_parser(
+        "stage",
+        help="a pipeline stage's pod totals from its steps (as POST /api/v1/stages:compute)",
+        description="FILE is YAML or JSON: the body of POST /api/v1/stages:compute ({stage: [...], "
+        "options: {...}}) or just the list of items. The flags switch options on.",
+    )
+    stage.add_argument("file", type=Path, help="the stage file ('-' reads stdin)")
+    stage.add_argument("--increase-default-resources", action="store_true", help="default steps 1000m/3000Mi (H1)")
+    stage.add_argument(
+        "--conservative-addon-limits", action="store_true", help="a flat 100m/100Mi stage container (H3)"
+    )
+    stage.add_argument(
+        "--use-recommendations",
+        action="store_true",
+        help="steps with a job reference take the sizer's recommended limits, read from --database-url",
+    )
+    stage.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
+    stage.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.add_argument("--output", type=Path, help="write to this file instead of stdout")
     return parser
@@ -260,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             _openapi(args)
         elif args.command == "collect":
             return _collect(args)
+        elif args.command == "stage":
+            return _stage(args)
         else:
             parser.print_help()
             return 2
@@ -314,3 +334,75 @@ def _collect(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+_STAGE_FLAGS = ("increase_default_resources", "conservative_addon_limits", "use_recommendations")
+
+
+def _stage_body(args: argparse.Namespace) -> Any:
+    """The validated stage file, with the flags' options switched on."""
+    import yaml
+
+    from .errors import validation_errors
+    from .models import StageCompute
+
+    name = str(args.file)
+    try:
+        text = sys.stdin.read() if name == "-" else args.file.read_text()
+        raw = yaml.safe_load(text)
+    except OSError as exc:
+        raise CliError(f"{name}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise CliError(f"{name}: not YAML or JSON: {_first_line(exc)}") from None
+    if isinstance(raw, list):
+        raw = {"stage": raw}
+    if not isinstance(raw, dict):
+        raise CliError(f"{name}: expected a mapping with a 'stage' list, or a list of items")
+    options = raw.get("options", {})
+    if isinstance(options, dict):
+        raw = {**raw, "options": {**options, **{f: True for f in _STAGE_FLAGS if getattr(args, f)}}}
+    try:
+        return StageCompute.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{e['field'].removeprefix('body') or '/'}: {e['message']}" for e in validation_errors(exc.errors())]
+        raise CliError(f"{name}: invalid stage:\n  " + "\n  ".join(lines)) from None
+
+
+async def _stage_answers(args: argparse.Namespace, keys: list[Any]) -> dict[Any, Any]:
+    from .db import build_engine
+    from .services import ceilings, stages
+    from .services import sizing as sizing_service
+
+    settings = settings_from(args)
+    try:
+        policy = sizing_service.Policy.of(settings, ceilings.load(settings.runner_ceilings_file))
+    except ceilings.CeilingsFileError as exc:
+        raise CliError(str(exc)) from None
+    engine = build_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            return await stages.fetch(conn=conn, keys=keys, policy=policy)
+    finally:
+        await engine.dispose()
+
+
+def _stage(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .errors import ServiceError
+    from .services import stages
+
+    body = _stage_body(args)
+    try:
+        items = stages.flatten(body.stage)
+        keys = stages.wanted_jobs(body, items)
+        answers = asyncio.run(_stage_answers(args, keys)) if keys else {}
+        answer = stages.compose(body, items, answers)
+    except ServiceError as exc:
+        lines = [f"{e['field'].removeprefix('body')}: {e['message']}" for e in exc.errors or []]
+        raise CliError("\n  ".join([f"{args.file}: {exc.detail}", *lines])) from None
+    if args.json:
+        print(json.dumps(answer, indent=2))
+    else:
+        print(stages.render(answer))
+    return 0

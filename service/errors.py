@@ -135,8 +135,13 @@ def problem_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, 
     return out
 
 
+#: Tags of the discriminated unions in request bodies (a stage item): pydantic puts the member's tag
+#: into ``loc`` after the list index, but the wire has no such level, so pointers leave it out.
+UNION_TAGS = frozenset({"step", "parallel", "group"})
+
+
 def _pointer(loc: Sequence[int | str]) -> str:
-    parts = [str(p) for p in loc]
+    parts = [str(p) for i, p in enumerate(loc) if not (p in UNION_TAGS and i > 0 and isinstance(loc[i - 1], int))]
     if parts and parts[0] in ("body", "query", "path", "header"):
         where, rest = parts[0], parts[1:]
     else:
@@ -151,7 +156,7 @@ def validation_errors(raw: Sequence[Any]) -> list[dict[str, Any]]:
         out.append(
             {
                 "field": _pointer(err.get("loc", ())),
-                "message": str(err.get("msg", "invalid")),
+                "message": str(err.get("msg", "invalid")).removeprefix("Value error, "),
             }
         )
     return out

@@ -20,8 +20,11 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     StringConstraints,
+    Tag,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -390,3 +393,192 @@ class SizingPublic(BaseModel):
     job: str
     containers: list[ContainerSizingPublic]
     meta: SizingMetaPublic
+
+
+# --------------------------------------------------------------------------- wire: stages (stage.md)
+
+STAGE_MAX_ITEMS = 2000
+STAGE_MAX_DEPTH = 32
+
+
+def _quantity_text(v: Any, what: str) -> str:
+    if isinstance(v, bool) or not isinstance(v, str | int | float):
+        raise ValueError(f"a {what} quantity: a string such as {'500m or 2' if what == 'CPU' else '500Mi or 1Gi'}")
+    return v if isinstance(v, str) else repr(v)
+
+
+def _stage_cpu(v: Any) -> int:
+    """A CPU limit in whole millicores (rule H7); a bare number is cores."""
+    from .quantity import parse_cpu_millicores
+
+    millicores = parse_cpu_millicores(_quantity_text(v, "CPU"))
+    if millicores <= 0:
+        raise ValueError("must be greater than zero")
+    if millicores > MAX_CPU_MILLICORES:
+        raise ValueError("is larger than any node")
+    return millicores
+
+
+def _stage_memory(v: Any) -> int:
+    """A memory limit in whole MiB, rounded up (rule H7); a bare number is bytes."""
+    from .quantity import parse_memory_bytes
+
+    num_bytes = parse_memory_bytes(_quantity_text(v, "memory"))
+    if num_bytes <= 0:
+        raise ValueError("must be greater than zero")
+    if num_bytes > MAX_MEMORY_BYTES:
+        raise ValueError("is larger than any node")
+    return -(-num_bytes // (1 << 20))
+
+
+_QUANTITY_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "number"}]}
+StageCpu = Annotated[
+    int,
+    BeforeValidator(_stage_cpu),
+    WithJsonSchema({**_QUANTITY_SCHEMA, "description": "CPU limit: 500m, 0.5, 2 (a bare number is cores)"}),
+]
+StageMemory = Annotated[
+    int,
+    BeforeValidator(_stage_memory),
+    WithJsonSchema({**_QUANTITY_SCHEMA, "description": "memory limit: 500Mi, 1Gi, 129M (rounded up to whole MiB)"}),
+]
+
+
+class StageJobRef(_Strict):
+    """The sized job a step runs as: with ``use_recommendations`` its recommended limits apply (H1)."""
+
+    org: Name
+    repo: Name
+    workflow: Name
+    job: Name
+    container: Name | None = Field(default=None, description="which container of the job; optional when it has one")
+
+
+class StageStep(_Strict):
+    name: Name | None = None
+    cpu: StageCpu | None = None
+    memory: StageMemory | None = None
+    background: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="its own container for the whole stage (rule H4)"
+    )
+    job: StageJobRef | None = None
+
+
+class StageParallel(_Strict):
+    name: Name | None = None
+    parallel: list[StageItem] = Field(min_length=1, description="items run at once")
+
+
+class StageGroup(_Strict):
+    name: Name | None = None
+    group: list[StageItem] = Field(min_length=1, description="items run in sequence")
+
+
+def _stage_item_tag(v: Any) -> str:
+    if isinstance(v, dict):
+        if "parallel" in v:
+            return "parallel"
+        if "group" in v:
+            return "group"
+        return "step"
+    if isinstance(v, StageParallel):
+        return "parallel"
+    if isinstance(v, StageGroup):
+        return "group"
+    return "step"
+
+
+StageItem = Annotated[
+    Annotated[StageStep, Tag("step")] | Annotated[StageParallel, Tag("parallel")] | Annotated[StageGroup, Tag("group")],
+    Discriminator(_stage_item_tag),
+]
+
+
+class StageOptions(_Strict):
+    increase_default_resources: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="default step limits 1000m/3000Mi instead of 400m/500Mi (rule H1)"
+    )
+    conservative_addon_limits: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="the stage container is a flat 100m/100Mi (rule H3)"
+    )
+    use_recommendations: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="steps with a job reference take the sizer's recommended limits (rule H1)"
+    )
+
+
+class StageCompute(_Strict):
+    stage: list[StageItem] = Field(min_length=1, description="the top-level items, run in sequence")
+    options: StageOptions = Field(default_factory=StageOptions)
+
+
+StageParallel.model_rebuild()
+StageGroup.model_rebuild()
+StageCompute.model_rebuild()
+
+
+class StageCpuPublic(BaseModel):
+    request: str
+    limit: str
+    request_millicores: int
+    limit_millicores: int
+
+
+class StageMemoryPublic(BaseModel):
+    request: str
+    limit: str
+    request_bytes: int
+    limit_bytes: int
+
+
+class StageContainerPublic(BaseModel):
+    cpu: StageCpuPublic
+    memory: StageMemoryPublic
+
+
+class StageTotalPublic(BaseModel):
+    cpu: str
+    cpu_millicores: int
+    memory: str
+    memory_bytes: int
+
+
+class StageSourcePublic(BaseModel):
+    cpu: Literal["declared", "recommendation", "default"]
+    memory: Literal["declared", "recommendation", "default"]
+    note: str | None = Field(default=None, description="why a job reference did not give the numbers")
+    phase: Literal["unknown", "learning", "confident"] | None = Field(
+        default=None, description="the referenced job's phase, when it was read"
+    )
+    override_scope: str | None = None
+
+
+class StageStepPublic(BaseModel):
+    name: str
+    path: str = Field(description="JSON pointer of the step in the request body")
+    background: bool
+    own: StageTotalPublic = Field(
+        description="the step's limit by rule H1 (declared, recommended or default), before H5 hands room back"
+    )
+    cpu: StageCpuPublic
+    memory: StageMemoryPublic
+    source: StageSourcePublic
+
+
+class StageDeciderPublic(BaseModel):
+    path: str | None = Field(
+        description="the top-level item that set the stage value; null for an all-background stage"
+    )
+    name: str | None
+    explanation: str
+
+
+class StagePublic(BaseModel):
+    stage_container: StageContainerPublic = Field(description="the lite-engine container (H3)")
+    total_with_background: StageTotalPublic = Field(description="stage container plus background containers (H4)")
+    pod: dict[Literal["request", "limit"], StageTotalPublic] = Field(
+        description="the pod's scheduling request and its sum of limits (H6)"
+    )
+    steps: list[StageStepPublic] = Field(description="every step in order, background steps included")
+    decided_by: dict[Literal["cpu", "memory"], StageDeciderPublic]
+    options: StageOptions
+    degraded: bool = Field(description="recommendations were wanted but the database failed or was slow")

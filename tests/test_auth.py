@@ -14,7 +14,7 @@ from service.auth import hash_secret, load_tokens
 from service.main import ExposureError, check_exposure
 from service.settings import Settings
 
-from .helpers import run, sizing_path
+from .helpers import JOB, run, sizing_path
 
 SECRETS = {
     "ingest": "cis_ingest-secret",
@@ -62,6 +62,11 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
     "healthz": ("GET", "/healthz", None),
     "readyz": ("GET", "/readyz", None),
     "info": ("GET", "/api/v1/info", None),
+    "compute stage": (
+        "POST",
+        "/api/v1/stages:compute",
+        {"stage": [{"job": {**JOB}}], "options": {"use_recommendations": True}},
+    ),
 }
 CALLERS = ["none", "wrong", "ingest", "read", "admin", "other-org"]
 # expected status per endpoint, in CALLERS order
@@ -83,6 +88,7 @@ MATRIX: dict[str, list[int]] = {
     "healthz": [200] * 6,
     "readyz": [200] * 6,
     "info": [200] * 6,
+    "compute stage": [401, 401, 403, 200, 200, 403],  # the referenced job's org is checked
 }
 
 

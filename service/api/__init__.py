@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from . import health, metrics, overrides, runs, sizing
+from . import health, metrics, overrides, runs, sizing, stages
 
 api_router = APIRouter()
 api_router.include_router(health.router)
@@ -10,3 +10,4 @@ api_router.include_router(metrics.router)
 api_router.include_router(runs.router)
 api_router.include_router(overrides.router)
 api_router.include_router(sizing.router)
+api_router.include_router(stages.router)

@@ -32,13 +32,7 @@ class OrjsonResponse(JSONResponse):
 
 
 def policy_of(request: Request) -> sizing_service.Policy:
-    settings = request.app.state.settings
-    return sizing_service.Policy(
-        cpu_sizing_mode=settings.cpu_sizing_mode,
-        memory_qos=settings.memory_qos,
-        max_memory=settings.max_memory,
-        ceilings=request.app.state.ceilings,
-    )
+    return sizing_service.Policy.of(request.app.state.settings, request.app.state.ceilings)
 
 
 async def _recommend(

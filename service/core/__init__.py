@@ -10,14 +10,18 @@ import os
 from typing import TYPE_CHECKING
 
 from ._reference import (
+    BACKGROUND,
     DEFAULT_CPU_MILLICORES,
     DEFAULT_MEMORY_BYTES,
     GIB,
+    GROUP,
     MAX_BYTES,
     MIB,
+    PARALLEL,
     PHASE_CONFIDENT,
     PHASE_LEARNING,
     PHASE_UNKNOWN,
+    STEP,
 )
 
 BACKEND: str
@@ -25,6 +29,7 @@ BACKEND: str
 if TYPE_CHECKING:
     from ._reference import (
         ceil_tolerant,
+        compose_stage,
         cpu_limit_for,
         memory_buffer_percent,
         memory_limit_for,
@@ -39,6 +44,7 @@ else:
             raise ImportError("CI_SIZER_PURE_PYTHON is set")
         from ._sizing import (
             ceil_tolerant,
+            compose_stage,
             cpu_limit_for,
             memory_buffer_percent,
             memory_limit_for,
@@ -50,6 +56,7 @@ else:
     except ImportError:
         from ._reference import (
             ceil_tolerant,
+            compose_stage,
             cpu_limit_for,
             memory_buffer_percent,
             memory_limit_for,
@@ -61,15 +68,20 @@ else:
 
 __all__ = [
     "BACKEND",
+    "BACKGROUND",
     "DEFAULT_CPU_MILLICORES",
     "DEFAULT_MEMORY_BYTES",
     "GIB",
+    "GROUP",
     "MAX_BYTES",
     "MIB",
+    "PARALLEL",
     "PHASE_CONFIDENT",
     "PHASE_LEARNING",
     "PHASE_UNKNOWN",
+    "STEP",
     "ceil_tolerant",
+    "compose_stage",
     "cpu_limit_for",
     "memory_buffer_percent",
     "memory_limit_for",

@@ -154,3 +154,91 @@ def size_container(
     else:
         memory_request = min(memory_request, memory_limit)
     return cpu_request, cpu_limit, memory_request, memory_limit, capped
+
+
+# --------------------------------------------------------------------------- stage composition
+# Rules H2-H6 of ``shared/spec/stage.md``, for one resource at a time (CPU in millicores or memory
+# in MiB: the two are computed independently). A stage arrives flattened in preorder: for each
+# item its kind, its number of direct children (0 for steps) and, for steps, its limit (rule H1,
+# resolved by the caller). The stage itself is an implicit sequence of the top-level items.
+
+STEP = 0
+BACKGROUND = 1
+PARALLEL = 2
+GROUP = 3
+
+
+def compose_stage(
+    kinds: Sequence[int],
+    counts: Sequence[int],
+    values: Sequence[int],
+    addon: int,
+    step_request: int,
+    conservative: bool,
+) -> tuple[list[int], list[int], int, int, int, int, int]:
+    """Requests and final limits of every item of a stage, and the stage's totals.
+
+    Returns ``(requests, limits, stage, container, with_background, pod_request, pod_limit)``:
+    per item its request (H2: a step its limit, a background step 0, a parallel block the sum of
+    its children, a group their max) and its final limit (H5: for a step the limit handed back to
+    it, for a background step its own value, for a block the room it hands down); ``stage`` the max
+    over the top-level items; ``container`` the stage container's request = limit (H3);
+    ``with_background`` the container plus every background container (H4); ``pod_request`` the
+    pod's scheduling request and ``pod_limit`` its sum of limits (H6).
+
+    Raises ``ValueError`` when the arrays do not describe a tree.
+    """
+    n = len(kinds)
+    if len(counts) != n or len(values) != n:
+        raise ValueError("kinds, counts and values differ in length")
+    requests = [0] * n
+    foreground = [0] * n  # non-background direct children of a parallel block
+    done: list[int] = []  # roots of finished subtrees, the first child on top
+    for i in range(n - 1, -1, -1):
+        kind, count = kinds[i], counts[i]
+        if kind == STEP or kind == BACKGROUND:
+            if count != 0 or values[i] < 0:
+                raise ValueError(f"item {i}: a step has no children and a non-negative value")
+            requests[i] = values[i] if kind == STEP else 0
+        elif kind == PARALLEL or kind == GROUP:
+            if count < 1 or count > len(done):
+                raise ValueError(f"item {i}: a block needs 1 to {len(done)} children, not {count}")
+            total = top = fg = 0
+            for _ in range(count):
+                child = done.pop()
+                total += requests[child]
+                top = max(top, requests[child])
+                fg += kinds[child] != BACKGROUND
+            requests[i] = total if kind == PARALLEL else top
+            foreground[i] = fg
+        else:
+            raise ValueError(f"item {i}: unknown kind {kind}")
+        done.append(i)
+    stage = max((requests[i] for i in done), default=0)
+    limits = [0] * n
+    # preorder walk: the open blocks and how many of their children are still to come
+    open_blocks: list[int] = []
+    left: list[int] = []
+    for i in range(n):
+        parent = open_blocks[-1] if open_blocks else -1
+        if kinds[i] == BACKGROUND:
+            limits[i] = values[i]
+        elif parent >= 0 and kinds[parent] == PARALLEL:
+            spare = max(0, limits[parent] - requests[parent])
+            limits[i] = requests[i] + spare // foreground[parent]
+        else:  # top level, or inside a group: the room of the enclosing sequence
+            limits[i] = stage if parent < 0 else limits[parent]
+        if parent >= 0:
+            left[-1] -= 1
+        if counts[i] > 0:
+            open_blocks.append(i)
+            left.append(counts[i])
+        while left and left[-1] == 0:
+            open_blocks.pop()
+            left.pop()
+    container = addon if conservative else stage + addon
+    background = sum(values[i] for i in range(n) if kinds[i] == BACKGROUND)
+    steps = [i for i in range(n) if kinds[i] == STEP]
+    pod_request = container + step_request * len(steps) + background
+    pod_limit = container + sum(limits[i] for i in steps) + background
+    return requests, limits, stage, container, container + background, pod_request, pod_limit

@@ -343,3 +343,109 @@ def size_container(
     elif memory_request > memory_limit:
         memory_request = memory_limit
     return cpu_request, cpu_limit, memory_request, memory_limit, capped
+
+
+# --------------------------------------------------------------------------- stage composition
+
+STEP = 0
+BACKGROUND = 1
+PARALLEL = 2
+GROUP = 3
+
+
+def compose_stage(kinds, counts, values, long long addon, long long step_request, bint conservative):
+    """Rules H2-H6 for one resource over a preorder-flattened stage (see ``_reference``)."""
+    cdef Py_ssize_t n = len(kinds)
+    if len(counts) != n or len(values) != n:
+        raise ValueError("kinds, counts and values differ in length")
+    cdef Py_ssize_t size = n if n > 0 else 1
+    cdef long long* kind = <long long*>malloc(size * sizeof(long long))
+    cdef long long* count = <long long*>malloc(size * sizeof(long long))
+    cdef long long* value = <long long*>malloc(size * sizeof(long long))
+    cdef long long* req = <long long*>malloc(size * sizeof(long long))
+    cdef long long* lim = <long long*>malloc(size * sizeof(long long))
+    cdef long long* fg = <long long*>malloc(size * sizeof(long long))
+    cdef Py_ssize_t* stack = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
+    cdef long long* left = <long long*>malloc(size * sizeof(long long))
+    cdef Py_ssize_t i, j, top_n = 0, depth = 0, parent
+    cdef long long c, total, top, m, spare, stage = 0, container, background = 0, step_n = 0, step_sum = 0
+    try:
+        if (kind == NULL or count == NULL or value == NULL or req == NULL or lim == NULL or fg == NULL
+                or stack == NULL or left == NULL):
+            raise MemoryError()
+        for i in range(n):
+            kind[i] = kinds[i]
+            count[i] = counts[i]
+            value[i] = values[i]
+        for i in range(n - 1, -1, -1):
+            c = count[i]
+            if kind[i] == 0 or kind[i] == 1:
+                if c != 0 or value[i] < 0:
+                    raise ValueError(f"item {i}: a step has no children and a non-negative value")
+                req[i] = value[i] if kind[i] == 0 else 0
+                fg[i] = 0
+            elif kind[i] == 2 or kind[i] == 3:
+                if c < 1 or c > top_n:
+                    raise ValueError(f"item {i}: a block needs 1 to {top_n} children, not {c}")
+                total = 0
+                top = 0
+                m = 0
+                for j in range(c):
+                    top_n -= 1
+                    total += req[stack[top_n]]
+                    if req[stack[top_n]] > top:
+                        top = req[stack[top_n]]
+                    if kind[stack[top_n]] != 1:
+                        m += 1
+                req[i] = total if kind[i] == 2 else top
+                fg[i] = m
+            else:
+                raise ValueError(f"item {i}: unknown kind {kind[i]}")
+            stack[top_n] = i
+            top_n += 1
+        for j in range(top_n):
+            if req[stack[j]] > stage:
+                stage = req[stack[j]]
+        # preorder walk; ``stack`` now holds the open blocks, ``left`` their children still to come
+        for i in range(n):
+            parent = stack[depth - 1] if depth > 0 else -1
+            if kind[i] == 1:
+                lim[i] = value[i]
+                background += value[i]
+            elif parent >= 0 and kind[parent] == 2:
+                spare = lim[parent] - req[parent]
+                if spare < 0:
+                    spare = 0
+                lim[i] = req[i] + spare // fg[parent]
+            else:
+                lim[i] = stage if parent < 0 else lim[parent]
+            if kind[i] == 0:
+                step_n += 1
+                step_sum += lim[i]
+            if parent >= 0:
+                left[depth - 1] -= 1
+            if count[i] > 0:
+                stack[depth] = i
+                left[depth] = count[i]
+                depth += 1
+            while depth > 0 and left[depth - 1] == 0:
+                depth -= 1
+        container = addon if conservative else stage + addon
+        return (
+            [req[i] for i in range(n)],
+            [lim[i] for i in range(n)],
+            stage,
+            container,
+            container + background,
+            container + step_request * step_n + background,
+            container + step_sum + background,
+        )
+    finally:
+        free(kind)
+        free(count)
+        free(value)
+        free(req)
+        free(lim)
+        free(fg)
+        free(stack)
+        free(left)

@@ -52,6 +52,16 @@ class Policy:
     #: runner ceilings by org ("*": every org), from CI_SIZER_RUNNER_CEILINGS_FILE
     ceilings: Mapping[str, Ceiling] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, settings: Any, ceilings: Mapping[str, Ceiling]) -> Policy:
+        """The policy the settings configure (``settings``: a ``Settings``)."""
+        return cls(
+            cpu_sizing_mode=settings.cpu_sizing_mode,
+            memory_qos=settings.memory_qos,
+            max_memory=settings.max_memory,
+            ceilings=ceilings,
+        )
+
 
 @dataclass
 class HistoryRun:

@@ -1,0 +1,346 @@
+"""Pod totals from a pipeline's steps (``shared/spec/stage.md``, rules H1-H7).
+
+``flatten`` turns the validated tree into the preorder arrays the core composes; ``wanted_jobs``
+says which sized jobs the answer needs (rule H1 with ``use_recommendations``); ``fetch`` reads
+their recommendations; ``compose`` is a pure function from the tree and those answers to the reply.
+CPU is in millicores and memory in MiB throughout, as the spec counts them; the reply also gives bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from .. import core
+from ..errors import InvalidInput
+from ..models import (
+    STAGE_MAX_DEPTH,
+    STAGE_MAX_ITEMS,
+    StageCompute,
+    StageGroup,
+    StageItem,
+    StageParallel,
+    StageStep,
+)
+from ..quantity import format_cpu, format_memory
+from . import sizing as sizing_service
+from .overrides import ScopeKey
+
+_MIB = core.MIB
+DEFAULT_LIMITS = (400, 500)  # rule H1: millicores, MiB
+INCREASED_LIMITS = (1000, 3000)  # rule H1, increase_default_resources
+ADDON = (100, 100)  # rule H3
+STEP_REQUEST = (10, 10)  # rule H6
+
+
+@dataclass(frozen=True)
+class Flat:
+    """One item of the stage in preorder."""
+
+    path: str
+    kind: int
+    count: int
+    item: StageStep | StageParallel | StageGroup
+
+    @property
+    def label(self) -> str:
+        return self.item.name or self.path
+
+
+def flatten(stage: list[StageItem]) -> list[Flat]:
+    """The items in preorder, each with its JSON pointer; too deep or too many items is a 422."""
+    out: list[Flat] = []
+    todo: list[tuple[str, int, StageStep | StageParallel | StageGroup]] = [
+        (f"/stage/{i}", 1, item) for i, item in reversed(list(enumerate(stage)))
+    ]
+    while todo:
+        path, depth, item = todo.pop()
+        if depth > STAGE_MAX_DEPTH:
+            raise InvalidInput(
+                f"the stage nests deeper than {STAGE_MAX_DEPTH} levels",
+                errors=[{"field": "body" + path, "message": f"nested deeper than {STAGE_MAX_DEPTH} levels"}],
+            )
+        if isinstance(item, StageStep):
+            out.append(Flat(path, core.BACKGROUND if item.background else core.STEP, 0, item))
+        else:
+            children, key = (item.parallel, "parallel") if isinstance(item, StageParallel) else (item.group, "group")
+            kind = core.PARALLEL if isinstance(item, StageParallel) else core.GROUP
+            out.append(Flat(path, kind, len(children), item))
+            todo.extend((f"{path}/{key}/{i}", depth + 1, c) for i, c in reversed(list(enumerate(children))))
+        if len(out) > STAGE_MAX_ITEMS:
+            raise InvalidInput(
+                f"the stage has more than {STAGE_MAX_ITEMS} items",
+                errors=[{"field": "body/stage", "message": f"more than {STAGE_MAX_ITEMS} items"}],
+            )
+    return out
+
+
+def _key(step: StageStep) -> ScopeKey:
+    assert step.job is not None
+    return ScopeKey(step.job.org, step.job.repo, step.job.workflow, step.job.job)
+
+
+def wanted_jobs(body: StageCompute, items: Iterable[Flat]) -> list[ScopeKey]:
+    """The jobs whose recommendations rule H1 needs: referenced by a step missing a limit."""
+    if not body.options.use_recommendations:
+        return []
+    keys: dict[ScopeKey, None] = {}
+    for f in items:
+        s = f.item
+        if isinstance(s, StageStep) and s.job is not None and (s.cpu is None or s.memory is None):
+            keys[_key(s)] = None
+    return list(keys)
+
+
+async def fetch(
+    *, conn: AsyncConnection, keys: Iterable[ScopeKey], policy: sizing_service.Policy
+) -> dict[ScopeKey, dict[str, Any]]:
+    """Each job's sizing answer with the default parameters (overrides included)."""
+    params = sizing_service.SizingParams()
+    return {k: (await sizing_service.recommend(conn=conn, key=k, params=params, policy=policy)).answer for k in keys}
+
+
+@dataclass
+class _Limits:
+    cpu: int
+    memory: int
+    source: dict[str, Any]
+
+
+def _container_of(answer: dict[str, Any], wanted: str | None, path: str) -> dict[str, Any] | str:
+    """The referenced container of a job's answer, or the message of a 422."""
+    containers = answer["containers"]
+    names = ", ".join(c["name"] for c in containers)
+    job = "/".join((answer["org"], answer["repo"], answer["workflow"], answer["job"]))
+    if wanted is None:
+        if len(containers) == 1:
+            return dict(containers[0])
+        return f"job {job} has containers {names}: name one in job.container"
+    for c in containers:
+        if c["name"] == wanted:
+            return dict(c)
+    return f"job {job} has no container {wanted!r} (it has {names})"
+
+
+def _resolve(
+    flat: Flat, body: StageCompute, answers: Mapping[ScopeKey, dict[str, Any]], errors: list[dict[str, str]]
+) -> _Limits:
+    """Rule H1 (and H4's default for background steps), field by field."""
+    step = flat.item
+    assert isinstance(step, StageStep)
+    opts = body.options
+    default = INCREASED_LIMITS if opts.increase_default_resources and not step.background else DEFAULT_LIMITS
+    source: dict[str, Any] = {"cpu": "declared", "memory": "declared"}
+    recommended: tuple[int, int] | None = None
+    if opts.use_recommendations and step.job is not None and (step.cpu is None or step.memory is None):
+        answer = answers.get(_key(step))
+        if answer is None:
+            source["note"] = "the sizer did not answer in time: defaults"
+        else:
+            phase = answer["meta"]["phase"]
+            source["phase"] = phase
+            if phase == "unknown":
+                source["note"] = "the job has no clean runs yet: defaults"
+            else:
+                picked = _container_of(answer, step.job.container, flat.path)
+                if isinstance(picked, str):
+                    errors.append({"field": f"body{flat.path}/job/container", "message": picked})
+                else:
+                    recommended = (picked["cpu"]["limit_millicores"], -(-picked["memory"]["limit_bytes"] // _MIB))
+                    source["override_scope"] = answer["meta"]["override_scope"]
+    values = []
+    for i, name, declared in ((0, "cpu", step.cpu), (1, "memory", step.memory)):
+        if declared is not None:
+            values.append(declared)
+        elif recommended is not None:
+            values.append(recommended[i])
+            source[name] = "recommendation"
+        else:
+            values.append(default[i])
+            source[name] = "default"
+    return _Limits(values[0], values[1], source)
+
+
+def _cpu(request: int, limit: int) -> dict[str, Any]:
+    return {
+        "request": format_cpu(request),
+        "limit": format_cpu(limit),
+        "request_millicores": request,
+        "limit_millicores": limit,
+    }
+
+
+def _memory(request_mib: int, limit_mib: int) -> dict[str, Any]:
+    return {
+        "request": format_memory(request_mib * _MIB),
+        "limit": format_memory(limit_mib * _MIB),
+        "request_bytes": request_mib * _MIB,
+        "limit_bytes": limit_mib * _MIB,
+    }
+
+
+def _total(cpu: int, memory_mib: int) -> dict[str, Any]:
+    return {
+        "cpu": format_cpu(cpu),
+        "cpu_millicores": cpu,
+        "memory": format_memory(memory_mib * _MIB),
+        "memory_bytes": memory_mib * _MIB,
+    }
+
+
+def _describe(items: list[Flat], i: int, requests: list[int]) -> str:
+    f = items[i]
+    if f.kind == core.STEP:
+        return f"step {f.label!r}"
+    what = "parallel block" if f.kind == core.PARALLEL else "group"
+    how = "the sum of" if f.kind == core.PARALLEL else "the largest of"
+    return f"{what} {f.label!r} ({how} its {f.count} items)"
+
+
+def _decider(
+    items: list[Flat], requests: list[int], stage: int, container: int, conservative: bool, fmt: Any, what: str
+) -> dict[str, Any]:
+    """Which top-level item set the stage value (the first of equals), in a sentence."""
+    top: list[int] = []
+    i = 0
+    while i < len(items):  # top-level items: skip each subtree
+        top.append(i)
+        j, pending = i + 1, items[i].count
+        while pending:
+            pending += items[j].count - 1
+            j += 1
+        i = j
+    best = max(top, key=lambda t: (requests[t], -t))
+    addon = fmt(container - stage) if not conservative else fmt(container)
+    if requests[best] == 0:
+        return {
+            "path": None,
+            "name": None,
+            "explanation": f"only background steps: the stage container is the add-on alone ({addon} {what})",
+        }
+    f = items[best]
+    desc = _describe(items, best, requests)
+    if conservative:
+        text = (
+            f"{fmt(container)} {what}: a flat add-on (conservative_addon_limits); the steps' largest need, "
+            f"{fmt(stage)} from {desc}, is handed back to the steps"
+        )
+    else:
+        text = f"{fmt(container)} {what} = {fmt(stage)} from {desc} + {addon} add-on"
+    return {"path": f.path, "name": f.item.name, "explanation": text}
+
+
+def compose(
+    body: StageCompute,
+    items: list[Flat],
+    answers: Mapping[ScopeKey, dict[str, Any]],
+    *,
+    degraded: bool = False,
+    composer: Callable[..., tuple[list[int], list[int], int, int, int, int, int]] | None = None,
+) -> dict[str, Any]:
+    """The reply of ``POST /api/v1/stages:compute`` (rules H1-H7). ``composer`` is the core's
+    ``compose_stage`` of a given backend (tests run both); by default the one ``core`` picked."""
+    errors: list[dict[str, str]] = []
+    resolved: dict[int, _Limits] = {}
+    for i, f in enumerate(items):
+        if isinstance(f.item, StageStep):
+            resolved[i] = _resolve(f, body, answers, errors)
+    if errors:
+        raise InvalidInput("a job reference does not name one container: " + errors[0]["message"], errors=errors)
+    kinds = [f.kind for f in items]
+    counts = [f.count for f in items]
+    conservative = body.options.conservative_addon_limits
+    per: dict[str, tuple[list[int], list[int], int, int, int, int, int]] = {}
+    for d, name in enumerate(("cpu", "memory")):
+        values = [0 if i not in resolved else (resolved[i].cpu, resolved[i].memory)[d] for i in range(len(items))]
+        per[name] = (composer or core.compose_stage)(kinds, counts, values, ADDON[d], STEP_REQUEST[d], conservative)
+    c_req, c_lim, c_stage, c_container, c_bg, c_pod_req, c_pod_lim = per["cpu"]
+    m_req, m_lim, m_stage, m_container, m_bg, m_pod_req, m_pod_lim = per["memory"]
+    steps = []
+    for i, limits in resolved.items():
+        f = items[i]
+        bg = f.kind == core.BACKGROUND
+        # H4/H6: a background container requests its limit; a step container requests 10m/10Mi
+        cpu_request, mem_request = (c_lim[i], m_lim[i]) if bg else STEP_REQUEST
+        steps.append(
+            {
+                "name": f.label,
+                "path": f.path,
+                "background": bg,
+                "own": _total(limits.cpu, limits.memory),
+                "cpu": _cpu(cpu_request, c_lim[i]),
+                "memory": _memory(mem_request, m_lim[i]),
+                "source": limits.source,
+            }
+        )
+    return {
+        "stage_container": {
+            "cpu": _cpu(c_container, c_container),
+            "memory": _memory(m_container, m_container),
+        },
+        "total_with_background": _total(c_bg, m_bg),
+        "pod": {"request": _total(c_pod_req, m_pod_req), "limit": _total(c_pod_lim, m_pod_lim)},
+        "steps": steps,
+        "decided_by": {
+            "cpu": _decider(items, c_req, c_stage, c_container, conservative, lambda v: f"{v}m", "CPU"),
+            "memory": _decider(
+                items, m_req, m_stage, m_container, conservative, lambda v: format_memory(v * _MIB), "memory"
+            ),
+        },
+        "options": body.options.model_dump(),
+        "degraded": degraded,
+    }
+
+
+def render(answer: dict[str, Any]) -> str:
+    """The answer as the ``ci-sizer stage`` table."""
+    from ..console import table
+
+    rows = []
+    for s in answer["steps"]:
+        src = s["source"]
+        where = src["cpu"] if src["cpu"] == src["memory"] else f"cpu {src['cpu']}, memory {src['memory']}"
+        if src.get("note"):
+            where += f" ({src['note']})"
+        rows.append(
+            [
+                s["name"],
+                "background" if s["background"] else "step",
+                s["own"]["cpu"],
+                s["own"]["memory"],
+                s["cpu"]["request"],
+                s["cpu"]["limit"],
+                s["memory"]["request"],
+                s["memory"]["limit"],
+                where,
+            ]
+        )
+    sc = answer["stage_container"]
+    rows.append(
+        [
+            "stage container",
+            "add-on",
+            "",
+            "",
+            sc["cpu"]["request"],
+            sc["cpu"]["limit"],
+            sc["memory"]["request"],
+            sc["memory"]["limit"],
+            "",
+        ]
+    )
+    headers = ["item", "kind", "own cpu", "own memory", "cpu req", "cpu limit", "mem req", "mem limit", "source"]
+    out = [table(headers, rows, right=(2, 3, 4, 5, 6, 7))]
+    pod, bg = answer["pod"], answer["total_with_background"]
+    out.append("")
+    out.append(f"stage with background: {bg['cpu']} CPU, {bg['memory']} memory")
+    out.append(f"pod request (scheduling): {pod['request']['cpu']} CPU, {pod['request']['memory']} memory")
+    out.append(f"pod limits (sum): {pod['limit']['cpu']} CPU, {pod['limit']['memory']} memory")
+    out.append(f"CPU: {answer['decided_by']['cpu']['explanation']}")
+    out.append(f"memory: {answer['decided_by']['memory']['explanation']}")
+    if answer["degraded"]:
+        out.append("degraded: the sizer's database failed or was slow; some steps took the defaults")
+    return "\n".join(out)

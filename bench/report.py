@@ -14,8 +14,9 @@ TITLES = {
     "http": "HTTP: GET sizing vs a bare FastAPI app (bench/http.py)",
     "history": "History size: 1,000 vs 1,000,000 stored runs (bench/history.py)",
     "ingest": "Ingest: POST runs of 3,600 samples vs a bare FastAPI app (bench/ingest.py)",
+    "placement": "Placement: scoring 5,000 nodes x 50 pods, Cython vs reference (bench/placement.py)",
 }
-ORDER = ["core", "http", "history", "ingest"]
+ORDER = ["core", "http", "history", "ingest", "placement"]
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:

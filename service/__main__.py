@@ -370,7 +370,7 @@ def _stage_body(args: argparse.Namespace) -> Any:
 
 async def _stage_answers(args: argparse.Namespace, keys: list[Any]) -> dict[Any, Any]:
     from .db import build_engine
-    from .services import ceilings, stages
+    from .services import ceilings
     from .services import sizing as sizing_service
 
     settings = settings_from(args)
@@ -381,7 +381,7 @@ async def _stage_answers(args: argparse.Namespace, keys: list[Any]) -> dict[Any,
     engine = build_engine(settings.database_url)
     try:
         async with engine.connect() as conn:
-            return await stages.fetch(conn=conn, keys=keys, policy=policy)
+            return await sizing_service.fetch_many(conn=conn, keys=keys, policy=policy)
     finally:
         await engine.dispose()
 

@@ -135,13 +135,20 @@ def problem_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, 
     return out
 
 
-#: Tags of the discriminated unions in request bodies (a stage item): pydantic puts the member's tag
-#: into ``loc`` after the list index, but the wire has no such level, so pointers leave it out.
-UNION_TAGS = frozenset({"step", "parallel", "group"})
+#: Tags of the discriminated unions in request bodies: pydantic puts the member's tag into ``loc``,
+#: but the wire has no such level, so pointers leave it out. A stage item's tags follow its list
+#: index (they are also field names, so only there); a placement profile's are unique.
+ITEM_TAGS = frozenset({"step", "parallel", "group"})
+UNION_TAGS = frozenset({"profile-name", "profile-scorers"})
+
+
+def _is_tag(loc: Sequence[int | str], i: int) -> bool:
+    p = loc[i]
+    return p in UNION_TAGS or (p in ITEM_TAGS and i > 0 and isinstance(loc[i - 1], int))
 
 
 def _pointer(loc: Sequence[int | str]) -> str:
-    parts = [str(p) for i, p in enumerate(loc) if not (p in UNION_TAGS and i > 0 and isinstance(loc[i - 1], int))]
+    parts = [str(p) for i, p in enumerate(loc) if not _is_tag(loc, i)]
     if parts and parts[0] in ("body", "query", "path", "header"):
         where, rest = parts[0], parts[1:]
     else:

@@ -582,3 +582,262 @@ class StagePublic(BaseModel):
     decided_by: dict[Literal["cpu", "memory"], StageDeciderPublic]
     options: StageOptions
     degraded: bool = Field(description="recommendations were wanted but the database failed or was slow")
+
+
+# --------------------------------------------------------------------------- wire: placement (placement.md)
+
+PLACEMENT_MAX_NODES = 20_000
+PLACEMENT_MAX_PODS_PER_NODE = 1000
+PLACEMENT_MAX_CONTAINERS = 64
+#: bounds a placement value so a node's sums stay far inside 64-bit integers in the compiled core
+PLACEMENT_MAX_MEMORY_BYTES = 1 << 44  # 16 TiB
+PLACEMENT_MAX_CPU_MILLICORES = 1 << 30
+
+
+def _placement_cpu(v: Any) -> int:
+    from .quantity import parse_cpu_millicores
+
+    millicores = parse_cpu_millicores(_quantity_text(v, "CPU"))
+    if millicores < 0:
+        raise ValueError("must not be negative")
+    if millicores > PLACEMENT_MAX_CPU_MILLICORES:
+        raise ValueError("is larger than any node")
+    return millicores
+
+
+def _placement_memory(v: Any) -> int:
+    from .quantity import parse_memory_bytes
+
+    num_bytes = parse_memory_bytes(_quantity_text(v, "memory"))
+    if num_bytes < 0:
+        raise ValueError("must not be negative")
+    if num_bytes > PLACEMENT_MAX_MEMORY_BYTES:
+        raise ValueError("is larger than any node")
+    return num_bytes
+
+
+PlacementCpu = Annotated[
+    int,
+    BeforeValidator(_placement_cpu),
+    WithJsonSchema({**_QUANTITY_SCHEMA, "description": "CPU: 500m, 0.5, 2 (a bare number is cores)"}),
+]
+PlacementMemory = Annotated[
+    int,
+    BeforeValidator(_placement_memory),
+    WithJsonSchema({**_QUANTITY_SCHEMA, "description": "memory: 512Mi, 4Gi (a bare number is bytes)"}),
+]
+Count = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
+
+
+class Resources(_Strict):
+    cpu: PlacementCpu | None = None
+    memory: PlacementMemory | None = None
+
+
+class PlacementContainer(_Strict):
+    requests: Resources = Field(default_factory=Resources)
+    limits: Resources = Field(default_factory=Resources)
+
+
+class PlacementPod(_Strict):
+    """A pod: its containers, or ``requests``/``limits`` as the shorthand for one container."""
+
+    name: Name | None = None
+    containers: list[PlacementContainer] | None = Field(default=None, min_length=1, max_length=PLACEMENT_MAX_CONTAINERS)
+    init_containers: list[PlacementContainer] = Field(default_factory=list, max_length=PLACEMENT_MAX_CONTAINERS)
+    overhead: Resources = Field(default_factory=Resources)
+    requests: Resources | None = None
+    limits: Resources | None = None
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> PlacementPod:
+        if self.containers is not None and (self.requests is not None or self.limits is not None):
+            raise ValueError("give either containers or the requests/limits shorthand, not both")
+        return self
+
+    def container_list(self) -> list[PlacementContainer]:
+        if self.containers is not None:
+            return self.containers
+        return [PlacementContainer(requests=self.requests or Resources(), limits=self.limits or Resources())]
+
+
+class PlacementStep(PlacementPod):
+    """The pod (or Concourse step) to place; ``job`` takes its containers from the sizer."""
+
+    step_type: Literal["task", "get", "put"] = Field(
+        default="task", description="get/put steps are never capped by limit-active-tasks (P4)"
+    )
+    inputs: list[Name] = Field(default_factory=list, max_length=1000, description="input volumes (P2)")
+    job: StageJobRef | None = Field(
+        default=None,
+        description="requests and limits from the sizer's recommendation for this job (all its containers)",
+    )
+
+    @model_validator(mode="after")
+    def _job_or_resources(self) -> PlacementStep:
+        if self.job is not None and (
+            self.containers is not None or self.requests is not None or self.limits is not None
+        ):
+            raise ValueError("give either a job reference or the pod's resources, not both")
+        return self
+
+
+class PlacementNode(_Strict):
+    """A Kubernetes node or a Concourse worker."""
+
+    name: Name
+    allocatable: Resources | None = Field(default=None, description="needed by the node scorers (P7-P10)")
+    pods: list[PlacementPod] = Field(default_factory=list, max_length=PLACEMENT_MAX_PODS_PER_NODE)
+    active_tasks: Count = 0
+    containers: Count = 0
+    volumes: Count = 0
+    build_containers: Count = 0
+    volumes_held: list[Name] = Field(
+        default_factory=list, max_length=100_000, description="volume names on the worker (P2)"
+    )
+
+
+STRATEGY_NAMES = (
+    "volume-locality",
+    "fewest-build-containers",
+    "limit-active-tasks",
+    "limit-active-containers",
+    "limit-active-volumes",
+    "random",
+)
+Strategy = Literal[
+    "volume-locality",
+    "fewest-build-containers",
+    "limit-active-tasks",
+    "limit-active-containers",
+    "limit-active-volumes",
+    "random",
+]
+
+
+#: Concourse's documented chain (the chaining example of its placement docs), by name.
+CHAINS = {
+    "concourse-chained": "limit-active-containers,limit-active-volumes,volume-locality,fewest-build-containers",
+}
+
+
+def _strategy_list(v: Any) -> Any:
+    if isinstance(v, str):  # Concourse's own syntax: CONCOURSE_CONTAINER_PLACEMENT_STRATEGY=a,b,c
+        return [s.strip() for s in CHAINS.get(v, v).split(",")]
+    return v
+
+
+class PlacementChain(_Strict):
+    strategies: Annotated[list[Strategy], BeforeValidator(_strategy_list)] = Field(
+        min_length=1,
+        max_length=10,
+        description="a list, a comma-separated string as Concourse takes it, or concourse-chained "
+        "(limit-active-containers,limit-active-volumes,volume-locality,fewest-build-containers)",
+    )
+    max_active_tasks_per_worker: Count = 0
+    max_active_containers_per_worker: Count = 0
+    max_active_volumes_per_worker: Count = 0
+
+
+ScorerName = Literal["least-allocated", "most-allocated", "limit-aware", "smallest-node", "largest-node"]
+
+
+class ResourceWeights(_Strict):
+    cpu: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
+    memory: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
+
+
+class ScorerSpec(_Strict):
+    name: ScorerName
+    weight: Annotated[int, Field(strict=True, ge=0, le=10_000)] = 1
+    resources: ResourceWeights | None = Field(
+        default=None,
+        description="per-resource weights; default cpu 1, memory 1 (smallest/largest-node: cpu 1<<20, memory 1 per byte)",
+    )
+    missing_limit: Resources | None = Field(
+        default=None, description="limit-aware: what a container without a limit counts; default the node's allocatable"
+    )
+
+
+class PlacementProfile(_Strict):
+    scorers: list[ScorerSpec] = Field(min_length=1, max_length=10)
+
+
+ProfileChoice = Annotated[
+    Annotated[Literal["spread", "limit-aware", "ci-bin-pack"], Tag("profile-name")]
+    | Annotated[PlacementProfile, Tag("profile-scorers")],
+    Discriminator(lambda v: "profile-name" if isinstance(v, str) else "profile-scorers"),
+]
+
+
+class PlacementAdvise(_Strict):
+    nodes: list[PlacementNode] = Field(min_length=1, max_length=PLACEMENT_MAX_NODES)
+    pod: PlacementStep
+    chain: PlacementChain | None = Field(default=None, description="Concourse strategies in order (P1-P6)")
+    profile: ProfileChoice | None = Field(
+        default=None, description="Kubernetes scoring (P7-P10): a built-in profile's name or scorers with weights"
+    )
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**63 - 1)] | None = Field(
+        default=None, description="seeds the random pick among equals; the answer echoes the seed it used"
+    )
+    top: Annotated[int, Field(strict=True, ge=0, le=PLACEMENT_MAX_NODES)] = Field(
+        default=50, description="how many ranked candidates the answer lists"
+    )
+
+    @model_validator(mode="after")
+    def _chain_or_profile(self) -> PlacementAdvise:
+        if (self.chain is None) == (self.profile is None):
+            raise ValueError("give exactly one of chain (Concourse strategies) or profile (node scoring)")
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique")
+        return self
+
+
+class PlacementScorePublic(BaseModel):
+    scorer: str
+    weight: int
+    raw: float = Field(description="before normalisation: P8's weighted limit ratio, P9's weighted size, P7's score")
+    score: int = Field(description="0..100")
+    weighted: int = Field(description="weight x score")
+
+
+class PlacementCandidatePublic(BaseModel):
+    name: str
+    rank: int
+    fits: bool
+    total: int
+    scores: list[PlacementScorePublic]
+
+
+class PlacementDroppedPublic(BaseModel):
+    name: str
+    why: str
+
+
+class PlacementStrategyPublic(BaseModel):
+    strategy: str
+    survivors: list[str]
+    dropped: list[PlacementDroppedPublic]
+
+
+class PlacementPodPublic(BaseModel):
+    requests: StageTotalPublic = Field(description="as the fit filter counts them")
+    limits: StageTotalPublic = Field(description="max(sum of containers, largest init container) + overhead")
+    containers_without_limit: dict[Literal["cpu", "memory"], int]
+    source: Literal["given", "recommendation", "default"]
+    phase: Literal["unknown", "learning", "confident"] | None = None
+    degraded: bool = False
+
+
+class PlacementPublic(BaseModel):
+    decision: Literal["place", "wait"]
+    pick: str | None
+    reason: str | None = Field(description="why the step waits, or how the pick was made")
+    seed: int
+    pod: PlacementPodPublic
+    survivors: list[str] | None = Field(default=None, description="chain: the workers the pick was made from")
+    chain: list[PlacementStrategyPublic] | None = Field(default=None, description="chain: each strategy's survivors")
+    profile: list[ScorerSpec] | None = Field(default=None, description="profile: the scorers applied")
+    candidates: list[PlacementCandidatePublic] | None = Field(default=None, description="profile: ranked, best first")
+    nodes_fit: int | None = None

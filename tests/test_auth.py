@@ -67,6 +67,15 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
         "/api/v1/stages:compute",
         {"stage": [{"job": {**JOB}}], "options": {"use_recommendations": True}},
     ),
+    "advise placement": (
+        "POST",
+        "/api/v1/placement:advise",
+        {
+            "nodes": [{"name": "n", "allocatable": {"cpu": 4, "memory": "8Gi"}}],
+            "pod": {"job": {**JOB}},
+            "profile": "spread",
+        },
+    ),
 }
 CALLERS = ["none", "wrong", "ingest", "read", "admin", "other-org"]
 # expected status per endpoint, in CALLERS order
@@ -89,6 +98,7 @@ MATRIX: dict[str, list[int]] = {
     "readyz": [200] * 6,
     "info": [200] * 6,
     "compute stage": [401, 401, 403, 200, 200, 403],  # the referenced job's org is checked
+    "advise placement": [401, 401, 403, 200, 200, 403],
 }
 
 

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from . import health, metrics, overrides, runs, sizing, stages
+from . import health, metrics, overrides, placement, runs, sizing, stages
 
 api_router = APIRouter()
 api_router.include_router(health.router)
@@ -11,3 +11,4 @@ api_router.include_router(runs.router)
 api_router.include_router(overrides.router)
 api_router.include_router(sizing.router)
 api_router.include_router(stages.router)
+api_router.include_router(placement.router)

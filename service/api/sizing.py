@@ -119,3 +119,26 @@ async def get_sizing(
     if rec.job_id is not None:
         request.app.state.fleet.note(rec.job_id, rec.totals())
     return _json(body) if output == "json" else _rendered(output, rec.answer)
+
+
+async def recommendations(request: Request, keys: list[ScopeKey]) -> tuple[dict[ScopeKey, dict[str, Any]], bool]:
+    """The recommendations of jobs another resource refers to (stages, placement), with the
+    default parameters; when the database fails or is slow (the sizing
+    deadline per job), the ones not read are left out and the reply says ``degraded``."""
+    if not keys:
+        return {}, False
+    deadline = request.app.state.settings.sizing_deadline_ms / 1000
+    policy = policy_of(request)
+    answers: dict[ScopeKey, dict[str, Any]] = {}
+    try:
+        async with request.app.state.engine.connect() as conn:
+            for key in keys:
+                answers.update(
+                    await asyncio.wait_for(sizing_service.fetch_many(conn=conn, keys=[key], policy=policy), deadline)
+                )
+    except DB_FAULTS as exc:
+        if not isinstance(exc, TimeoutError):
+            DATABASE_ERRORS.inc()
+        log.warning("recommendations for another resource degraded: %s", type(exc).__name__)
+        return answers, True
+    return answers, False

@@ -242,3 +242,131 @@ def compose_stage(
     pod_request = container + step_request * len(steps) + background
     pod_limit = container + sum(limits[i] for i in steps) + background
     return requests, limits, stage, container, container + background, pod_request, pod_limit
+
+
+# --------------------------------------------------------------------------- node scoring
+# Rules P7-P10 of ``shared/spec/placement.md``: Kubernetes scoring of every node for one pod.
+# Pods already on the nodes arrive as parallel arrays (one entry per pod, ``pod_node`` its node's
+# index); CPU in millicores, memory in bytes. A pod's ``req`` is its request as the Kubernetes
+# fit filter counts it, ``nz`` the non-zero request NodeResourcesFit scores with (a container
+# without a request counts 100m/200Mi), ``lim`` the sum of its containers' limits and ``miss`` how
+# many of its containers have no limit (each counts as a default: the node's allocatable unless
+# the scorer names a value).
+
+LEAST_ALLOCATED = 0
+MOST_ALLOCATED = 1
+LIMIT_AWARE = 2
+SMALLEST_NODE = 3
+LARGEST_NODE = 4
+MAX_NODE_SCORE = 100
+
+
+def _fit_score(kind: int, requested: int, capacity: int) -> int:
+    if capacity <= 0:
+        return 0
+    if kind == LEAST_ALLOCATED:
+        return 0 if requested > capacity else (capacity - requested) * MAX_NODE_SCORE // capacity
+    return min(requested, capacity) * MAX_NODE_SCORE // capacity
+
+
+def score_nodes(
+    alloc_cpu: Sequence[int],
+    alloc_mem: Sequence[int],
+    pod_node: Sequence[int],
+    req_cpu: Sequence[int],
+    req_mem: Sequence[int],
+    nz_cpu: Sequence[int],
+    nz_mem: Sequence[int],
+    lim_cpu: Sequence[int],
+    lim_mem: Sequence[int],
+    miss_cpu: Sequence[int],
+    miss_mem: Sequence[int],
+    pod: Sequence[int],
+    scorers: Sequence[Sequence[int]],
+) -> tuple[list[bool], list[list[float]], list[list[int]], list[int]]:
+    """Fit and score every node for a pod.
+
+    ``pod`` is the new pod's ``(req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu,
+    miss_mem)``, its limit already ``max(sum of containers, largest init container) + overhead``.
+    ``scorers`` are ``(kind, weight, cpu_weight, memory_weight, missing_cpu, missing_memory)``,
+    a missing default < 0 meaning the node's allocatable.
+
+    Returns ``(fits, raw, scores, totals)``: per node whether the pod's requests fit (P10's
+    filter); per scorer the raw value and the 0..100 score of every node (0 for nodes that do not
+    fit, which take no part in the min-max normalisation of P8/P9); and per node the weighted total.
+    """
+    n = len(alloc_cpu)
+    if len(alloc_mem) != n:
+        raise ValueError("alloc_cpu and alloc_mem differ in length")
+    p = len(pod_node)
+    for column in (req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu, miss_mem):
+        if len(column) != p:
+            raise ValueError("the pod columns differ in length")
+    used_req = [[0] * n, [0] * n]
+    used_nz = [[0] * n, [0] * n]
+    used_lim = [[0] * n, [0] * n]
+    used_miss = [[0] * n, [0] * n]
+    for i in range(p):
+        node = pod_node[i]
+        if not 0 <= node < n:
+            raise ValueError(f"pod {i}: node index {node} out of range")
+        used_req[0][node] += req_cpu[i]
+        used_req[1][node] += req_mem[i]
+        used_nz[0][node] += nz_cpu[i]
+        used_nz[1][node] += nz_mem[i]
+        used_lim[0][node] += lim_cpu[i]
+        used_lim[1][node] += lim_mem[i]
+        used_miss[0][node] += miss_cpu[i]
+        used_miss[1][node] += miss_mem[i]
+    alloc = (alloc_cpu, alloc_mem)
+    fits = [all(used_req[r][j] + pod[r] <= alloc[r][j] for r in (0, 1)) for j in range(n)]
+    raws: list[list[float]] = []
+    scores: list[list[int]] = []
+    totals = [0] * n
+    for kind, weight, w_cpu, w_mem, missing_cpu, missing_mem in scorers:
+        weights = (w_cpu, w_mem)
+        missing = (missing_cpu, missing_mem)
+        raw = [0.0] * n
+        score = [0] * n
+        if kind == LEAST_ALLOCATED or kind == MOST_ALLOCATED:
+            wsum = w_cpu + w_mem
+            for j in range(n):
+                if not fits[j]:
+                    continue
+                acc = 0
+                for r in (0, 1):
+                    acc += _fit_score(kind, used_nz[r][j] + pod[2 + r], alloc[r][j]) * weights[r]
+                score[j] = acc // wsum if wsum > 0 else 0
+                raw[j] = float(score[j])
+        elif kind == LIMIT_AWARE or kind == SMALLEST_NODE or kind == LARGEST_NODE:
+            for j in range(n):
+                if not fits[j]:
+                    continue
+                value = 0.0
+                for r in (0, 1):
+                    if weights[r] == 0:
+                        continue
+                    cap = alloc[r][j]
+                    if kind == LIMIT_AWARE:
+                        default = cap if missing[r] < 0 else missing[r]
+                        limit = used_lim[r][j] + pod[4 + r] + (used_miss[r][j] + pod[6 + r]) * default
+                        value += weights[r] * ((cap - limit) * 100.0 / cap if cap > 0 else 0.0)
+                    elif kind == SMALLEST_NODE:
+                        value -= weights[r] * float(cap)
+                    else:
+                        value += weights[r] * float(cap)
+                raw[j] = value
+            feasible = [raw[j] for j in range(n) if fits[j]]
+            if feasible:
+                low, high = min(feasible), max(feasible)
+                if high > low:
+                    for j in range(n):
+                        if fits[j]:
+                            score[j] = int((raw[j] - low) * MAX_NODE_SCORE / (high - low))
+        else:
+            raise ValueError(f"unknown scorer kind {kind}")
+        for j in range(n):
+            totals[j] += weight * score[j]
+        raws.append(raw)
+        scores.append(score)
+    return fits, raws, scores, totals

@@ -449,3 +449,148 @@ def compose_stage(kinds, counts, values, long long addon, long long step_request
         free(fg)
         free(stack)
         free(left)
+
+
+# --------------------------------------------------------------------------- node scoring
+
+LEAST_ALLOCATED = 0
+MOST_ALLOCATED = 1
+LIMIT_AWARE = 2
+SMALLEST_NODE = 3
+LARGEST_NODE = 4
+
+
+cdef object _int64(object column):
+    """A buffer of C long longs: the column itself when it is one (array('q'), numpy int64), else a copy."""
+    try:
+        view = memoryview(column)
+        if view.format == "q" and view.ndim == 1 and view.c_contiguous:
+            return column
+    except TypeError:
+        pass
+    return array("q", column)
+
+
+cdef inline long long _fit_score(long long kind, long long requested, long long capacity) noexcept nogil:
+    if capacity <= 0:
+        return 0
+    if kind == 0:
+        if requested > capacity:
+            return 0
+        return (capacity - requested) * 100 // capacity
+    if requested > capacity:
+        requested = capacity
+    return requested * 100 // capacity
+
+
+def score_nodes(
+    alloc_cpu, alloc_mem, pod_node, req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu, miss_mem,
+    pod, scorers,
+):
+    """Fit and score every node for a pod (rules P7-P10; see ``_reference``)."""
+    cdef const long long[::1] a_cpu = _int64(alloc_cpu)
+    cdef const long long[::1] a_mem = _int64(alloc_mem)
+    cdef Py_ssize_t n = a_cpu.shape[0]
+    if a_mem.shape[0] != n:
+        raise ValueError("alloc_cpu and alloc_mem differ in length")
+    cdef const long long[::1] p_node = _int64(pod_node)
+    cdef Py_ssize_t p = p_node.shape[0]
+    cols = [_int64(c) for c in (req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu, miss_mem)]
+    for c in cols:
+        if len(c) != p:
+            raise ValueError("the pod columns differ in length")
+    cdef const long long[::1] r_cpu = cols[0]
+    cdef const long long[::1] r_mem = cols[1]
+    cdef const long long[::1] z_cpu = cols[2]
+    cdef const long long[::1] z_mem = cols[3]
+    cdef const long long[::1] l_cpu = cols[4]
+    cdef const long long[::1] l_mem = cols[5]
+    cdef const long long[::1] m_cpu = cols[6]
+    cdef const long long[::1] m_mem = cols[7]
+    cdef long long[8] q
+    cdef Py_ssize_t i, j, r
+    for i in range(8):
+        q[i] = pod[i]
+    # per node: 0-1 requests, 2-3 non-zero requests, 4-5 limits, 6-7 containers without a limit
+    used = array("q", bytes(8 * 8 * (n if n > 0 else 1)))
+    cdef long long[::1] u = used
+    cdef long long node
+    for i in range(p):
+        node = p_node[i]
+        if node < 0 or node >= n:
+            raise ValueError(f"pod {i}: node index {node} out of range")
+        u[node * 8 + 0] += r_cpu[i]
+        u[node * 8 + 1] += r_mem[i]
+        u[node * 8 + 2] += z_cpu[i]
+        u[node * 8 + 3] += z_mem[i]
+        u[node * 8 + 4] += l_cpu[i]
+        u[node * 8 + 5] += l_mem[i]
+        u[node * 8 + 6] += m_cpu[i]
+        u[node * 8 + 7] += m_mem[i]
+    fits_buf = array("b", bytes(n))
+    cdef signed char[::1] fits = fits_buf
+    for j in range(n):
+        fits[j] = u[j * 8] + q[0] <= a_cpu[j] and u[j * 8 + 1] + q[1] <= a_mem[j]
+    totals_buf = array("q", bytes(8 * n))
+    cdef long long[::1] totals = totals_buf
+    raws = []
+    scores = []
+    cdef long long kind, weight, w0, w1, miss0, miss1, acc, wsum, cap, default, limit
+    cdef double value, low, high
+    cdef bint seen
+    cdef double[::1] raw
+    cdef long long[::1] score
+    for scorer in scorers:
+        kind, weight, w0, w1, miss0, miss1 = scorer
+        raw_buf = array("d", bytes(8 * n))
+        score_buf = array("q", bytes(8 * n))
+        raw = raw_buf
+        score = score_buf
+        if kind == 0 or kind == 1:
+            wsum = w0 + w1
+            for j in range(n):
+                if not fits[j]:
+                    continue
+                acc = _fit_score(kind, u[j * 8 + 2] + q[2], a_cpu[j]) * w0
+                acc += _fit_score(kind, u[j * 8 + 3] + q[3], a_mem[j]) * w1
+                score[j] = acc // wsum if wsum > 0 else 0
+                raw[j] = <double>score[j]
+        elif kind == 2 or kind == 3 or kind == 4:
+            seen = False
+            low = 0.0
+            high = 0.0
+            for j in range(n):
+                if not fits[j]:
+                    continue
+                value = 0.0
+                for r in range(2):
+                    if (w0 if r == 0 else w1) == 0:
+                        continue
+                    cap = a_cpu[j] if r == 0 else a_mem[j]
+                    if kind == 2:
+                        default = (miss0 if r == 0 else miss1)
+                        if default < 0:
+                            default = cap
+                        limit = u[j * 8 + 4 + r] + q[4 + r] + (u[j * 8 + 6 + r] + q[6 + r]) * default
+                        value += <double>(w0 if r == 0 else w1) * (((cap - limit) * 100.0 / cap) if cap > 0 else 0.0)
+                    elif kind == 3:
+                        value -= <double>(w0 if r == 0 else w1) * <double>cap
+                    else:
+                        value += <double>(w0 if r == 0 else w1) * <double>cap
+                raw[j] = value
+                if not seen or value < low:
+                    low = value
+                if not seen or value > high:
+                    high = value
+                seen = True
+            if seen and high > low:
+                for j in range(n):
+                    if fits[j]:
+                        score[j] = <long long>((raw[j] - low) * 100 / (high - low))
+        else:
+            raise ValueError(f"unknown scorer kind {kind}")
+        for j in range(n):
+            totals[j] += weight * score[j]
+        raws.append(raw_buf.tolist())
+        scores.append(score_buf.tolist())
+    return [bool(f) for f in fits_buf], raws, scores, totals_buf.tolist()

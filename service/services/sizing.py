@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Literal
@@ -402,6 +402,14 @@ async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParam
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
     return Recommendation(answer=answer, job_id=job_id, fresh_until=min(expiries, default=math.inf))
+
+
+async def fetch_many(
+    *, conn: AsyncConnection, keys: Iterable[ScopeKey], policy: Policy
+) -> dict[ScopeKey, dict[str, Any]]:
+    """Each job's answer with the default parameters (overrides included), for other resources."""
+    params = SizingParams()
+    return {k: (await recommend(conn=conn, key=k, params=params, policy=policy)).answer for k in keys}
 
 
 def degraded(*, key: ScopeKey, last: dict[str, Any] | None, params: SizingParams, policy: Policy) -> dict[str, Any]:

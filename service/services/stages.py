@@ -1,8 +1,8 @@
 """Pod totals from a pipeline's steps (``shared/spec/stage.md``, rules H1-H7).
 
 ``flatten`` turns the validated tree into the preorder arrays the core composes; ``wanted_jobs``
-says which sized jobs the answer needs (rule H1 with ``use_recommendations``); ``fetch`` reads
-their recommendations; ``compose`` is a pure function from the tree and those answers to the reply.
+says which sized jobs the answer needs (rule H1 with ``use_recommendations``;
+``sizing.fetch_many`` reads them); ``compose`` is a pure function from the tree and those answers to the reply.
 CPU is in millicores and memory in MiB throughout, as the spec counts them; the reply also gives bytes.
 """
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .. import core
 from ..errors import InvalidInput
@@ -26,7 +24,6 @@ from ..models import (
     StageStep,
 )
 from ..quantity import format_cpu, format_memory
-from . import sizing as sizing_service
 from .overrides import ScopeKey
 
 _MIB = core.MIB
@@ -93,14 +90,6 @@ def wanted_jobs(body: StageCompute, items: Iterable[Flat]) -> list[ScopeKey]:
         if isinstance(s, StageStep) and s.job is not None and (s.cpu is None or s.memory is None):
             keys[_key(s)] = None
     return list(keys)
-
-
-async def fetch(
-    *, conn: AsyncConnection, keys: Iterable[ScopeKey], policy: sizing_service.Policy
-) -> dict[ScopeKey, dict[str, Any]]:
-    """Each job's sizing answer with the default parameters (overrides included)."""
-    params = sizing_service.SizingParams()
-    return {k: (await sizing_service.recommend(conn=conn, key=k, params=params, policy=policy)).answer for k in keys}
 
 
 @dataclass

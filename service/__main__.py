@@ -1,4 +1,4 @@
-"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, openapi."""
+"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, simulate, openapi."""
 
 from __future__ import annotations
 
@@ -139,6 +139,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stage.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
     stage.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
+    sim = sub.add_parser(
+        "simulate",
+        help="replay builds onto a node pool under placement profiles, with and without ballast",
+        description="Replays a synthetic trace (default) or an org's stored runs (--org, --since, --until) "
+        "and prints the profiles side by side; see docs/simulation.md.",
+    )
+    sim.add_argument("--days", type=float, default=7, help="synthetic: days of builds (default 7)")
+    sim.add_argument("--builds-per-day", type=float, default=1500, help="synthetic: mean builds a day (default 1500)")
+    sim.add_argument("--trace-seed", type=int, default=0, help="synthetic: the trace's seed (default 0)")
+    sim.add_argument("--bursts-per-day", type=float, default=6, help="synthetic: pushes starting many builds at once")
+    sim.add_argument("--org", help="replay this org's stored runs instead of a synthetic trace")
+    sim.add_argument("--since", help="history: RFC 3339 start of the window")
+    sim.add_argument("--until", help="history: RFC 3339 end of the window")
+    sim.add_argument("--sizes", choices=["recommended", "recorded"], default="recommended", help="history: pod sizes")
+    sim.add_argument("--database-url", help="history: SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
+    sim.add_argument(
+        "--shape",
+        action="append",
+        metavar="NAME=CPU,MEMORY[,PRICE]",
+        help="a node shape, e.g. m5.2xlarge=8,32Gi,0.384 (repeatable; default that one)",
+    )
+    sim.add_argument("--initial-nodes", type=int, default=0)
+    sim.add_argument("--min-nodes", type=int, default=0)
+    sim.add_argument("--max-nodes", type=int, default=1000)
+    sim.add_argument("--provision-delay", type=float, default=120, help="seconds to bring a node (default 120)")
+    sim.add_argument("--scale-down-idle", type=float, default=600, help="seconds an empty node lives (default 600)")
+    sim.add_argument("--profiles", default="spread,ci-bin-pack", help="comma-separated (default spread,ci-bin-pack)")
+    sim.add_argument(
+        "--ballast", default="auto", help="auto (sized from the trace), none, or N[:CPU,MEMORY] (default auto)"
+    )
+    sim.add_argument("--seed", type=int, default=0, help="the simulation's seed (ties between equal nodes)")
+    sim.add_argument("--plot", type=Path, help="write nodes and CPU allocation over time here (SVG)")
+    sim.add_argument("--json", action="store_true", help="print the report as JSON")
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.add_argument("--output", type=Path, help="write to this file instead of stdout")
     return parser
@@ -280,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
             return _collect(args)
         elif args.command == "stage":
             return _stage(args)
+        elif args.command == "simulate":
+            return _simulate(args)
         else:
             parser.print_help()
             return 2
@@ -405,4 +440,131 @@ def _stage(args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2))
     else:
         print(stages.render(answer))
+    return 0
+
+
+class Progress:
+    """A one-line progress bar on stderr (only when it is a terminal, or when forced)."""
+
+    def __init__(self, label: str, *, force: bool = False) -> None:
+        self.label = label
+        self.on = force or sys.stderr.isatty()
+        self.shown = -1
+
+    def __call__(self, fraction: float) -> None:
+        percent = int(fraction * 100)
+        if not self.on or percent == self.shown:
+            return
+        self.shown = percent
+        bar = "#" * (percent // 4) + "." * (25 - percent // 4)
+        sys.stderr.write(f"\r{self.label} [{bar}] {percent:3d}%")
+        if percent >= 100:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _simulation_body(args: argparse.Namespace) -> Any:
+    from .errors import validation_errors
+    from .models import SimulationCreate
+
+    shapes = []
+    for text in args.shape or ["m5.2xlarge=8,32Gi,0.384"]:
+        name, _, rest = text.partition("=")
+        parts = rest.split(",")
+        if not name or len(parts) not in (2, 3):
+            raise CliError(f"--shape {text!r}: expected NAME=CPU,MEMORY[,PRICE]")
+        try:
+            price = float(parts[2]) if len(parts) == 3 else 0.0
+        except ValueError:
+            raise CliError(f"--shape {text!r}: the price is not a number") from None
+        shapes.append({"name": name, "cpu": parts[0], "memory": parts[1], "price_per_hour": price})
+    ballast: Any = args.ballast
+    if ballast == "none":
+        ballast = None
+    elif ballast != "auto":
+        count, _, size = ballast.partition(":")
+        if not count.isdigit():
+            raise CliError(f"--ballast {args.ballast!r}: expected auto, none or N[:CPU,MEMORY]")
+        ballast = {"replicas": int(count)}
+        if size:
+            cpu, _, memory = size.partition(",")
+            ballast.update(cpu=cpu, memory=memory)
+    raw: dict[str, Any] = {
+        "pool": {
+            "shapes": shapes,
+            "initial_nodes": args.initial_nodes,
+            "min_nodes": args.min_nodes,
+            "max_nodes": args.max_nodes,
+            "provision_delay_seconds": args.provision_delay,
+            "scale_down_idle_seconds": args.scale_down_idle,
+        },
+        "profiles": [p.strip() for p in args.profiles.split(",")],
+        "ballast": ballast,
+        "seed": args.seed,
+    }
+    if args.org:
+        raw["history"] = {"org": args.org, "since": args.since, "until": args.until, "sizes": args.sizes}
+    else:
+        raw["synthetic"] = {
+            "days": args.days,
+            "builds_per_day": args.builds_per_day,
+            "seed": args.trace_seed,
+            "bursts_per_day": args.bursts_per_day,
+        }
+    try:
+        return SimulationCreate.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{e['field'].removeprefix('body/')}: {e['message']}" for e in validation_errors(exc.errors())]
+        raise CliError("invalid simulation:\n  " + "\n  ".join(lines)) from None
+
+
+async def _history_trace(args: argparse.Namespace, body: Any) -> Any:
+    from .db import build_engine
+    from .services import ceilings, simulate
+    from .services import sizing as sizing_service
+
+    settings = settings_from(args)
+    policy = sizing_service.Policy.of(settings, ceilings.load(settings.runner_ceilings_file))
+    engine = build_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            h = body.history
+            return await simulate.load_trace(
+                conn=conn, org=h.org, since=h.since, until=h.until, sizes=h.sizes, policy=policy
+            )
+    finally:
+        await engine.dispose()
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .api.simulations import ballast_of, pool_of
+    from .services import simulate
+
+    body = _simulation_body(args)
+    pool = pool_of(body)
+    started = time.perf_counter()
+    if body.synthetic is not None:
+        s = body.synthetic
+        builds = simulate.synthetic(
+            days=s.days, builds_per_day=s.builds_per_day, seed=s.seed, bursts_per_day=s.bursts_per_day
+        )
+        source: dict[str, Any] = {"synthetic": s.model_dump()}
+    else:
+        builds, info = asyncio.run(_history_trace(args, body))
+        source = {"history": info}
+    if not builds:
+        raise CliError("no builds to replay in that window", code=1)
+    scenarios = simulate.scenarios_for(body.profiles, ballast_of(body, builds, pool.provision_delay))
+    result = simulate.run_all(builds, pool, scenarios, seed=body.seed, progress=Progress("simulating"))
+    result["trace"].update(source)
+    if args.plot:
+        args.plot.write_text(simulate.plot(result))
+    if args.json:
+        print(json.dumps(result if args.plot is None else {**result, "timelines": None}, indent=2))
+    else:
+        print(simulate.render(result))
+        took = time.perf_counter() - started
+        print(f"\n{len(scenarios)} scenarios in {took:.1f} s" + (f"; plot written to {args.plot}" if args.plot else ""))
     return 0

@@ -125,6 +125,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
+        app.state.write_engine = write_engine
+        app.state.analysis_tasks = set()
         set_build_info(core.BACKEND)
         await _warm_up(engine)
         write_maker = app.state.write_sessionmaker
@@ -152,8 +154,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            for task in tasks:
+            for task in [*tasks, *app.state.analysis_tasks]:
                 task.cancel()
+            for task in list(app.state.analysis_tasks):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task

@@ -12,7 +12,7 @@ stored, so it is not the shape of any table.
 from __future__ import annotations
 
 import unicodedata
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -163,6 +163,23 @@ class Override(SQLModel, table=True):
     updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
     updated_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     version: int = SQLField(default=1, sa_column=Column(Integer(), nullable=False))
+
+
+class Analysis(SQLModel, table=True):
+    """A long computation run in the background (a fleet simulation, a backtest), polled by id."""
+
+    __tablename__ = "analyses"
+
+    id: str = SQLField(sa_column=Column(String(36), primary_key=True))
+    kind: str = SQLField(sa_column=Column(String(32), nullable=False))
+    status: str = SQLField(sa_column=Column(String(16), nullable=False))
+    progress: float = SQLField(default=0.0, sa_column=Column(Float(), nullable=False))
+    request: str = SQLField(sa_column=Column(Text(), nullable=False))
+    result: str | None = SQLField(default=None, sa_column=Column(Text(), nullable=True))
+    error: str | None = SQLField(default=None, sa_column=Column(Text(), nullable=True))
+    created_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
+    created_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
+    updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
 
 
 # --------------------------------------------------------------------------- wire: runs
@@ -841,3 +858,126 @@ class PlacementPublic(BaseModel):
     profile: list[ScorerSpec] | None = Field(default=None, description="profile: the scorers applied")
     candidates: list[PlacementCandidatePublic] | None = Field(default=None, description="profile: ranked, best first")
     nodes_fit: int | None = None
+
+
+# --------------------------------------------------------------------------- wire: simulations and ballast
+
+Seconds = Annotated[float, Field(strict=True, ge=0, le=7 * 86400, allow_inf_nan=False)]
+SYNTHETIC_MAX_BUILDS = 500_000
+ProfileName = Literal["spread", "limit-aware", "ci-bin-pack"]
+
+
+class ShapeSpec(_Strict):
+    name: Name
+    cpu: PlacementCpu
+    memory: PlacementMemory
+    price_per_hour: Annotated[float, Field(strict=True, ge=0, le=10_000, allow_inf_nan=False)] = 0.0
+
+    @model_validator(mode="after")
+    def _positive(self) -> ShapeSpec:
+        if self.cpu <= 0 or self.memory <= 0:
+            raise ValueError("a node shape needs cpu and memory above zero")
+        return self
+
+
+class PoolSpec(_Strict):
+    shapes: list[ShapeSpec] = Field(
+        min_length=1, max_length=10, description="the autoscaler launches the smallest that fits"
+    )
+    initial_nodes: Annotated[int, Field(strict=True, ge=0, le=10_000)] = Field(
+        default=0, description="of the first shape"
+    )
+    min_nodes: Annotated[int, Field(strict=True, ge=0, le=10_000)] = 0
+    max_nodes: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1000
+    provision_delay_seconds: Seconds = 120.0
+    scale_down_idle_seconds: Seconds = 600.0
+
+
+class SyntheticSpec(_Strict):
+    days: Annotated[float, Field(strict=True, gt=0, le=31, allow_inf_nan=False)] = 7
+    builds_per_day: Annotated[float, Field(strict=True, gt=0, le=200_000, allow_inf_nan=False)] = 1500
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31)] = 0
+    peak_hour: Annotated[float, Field(strict=True, ge=0, le=24, allow_inf_nan=False)] = 14
+    weekend_factor: Annotated[float, Field(strict=True, ge=0, le=1, allow_inf_nan=False)] = 0.2
+    bursts_per_day: Annotated[float, Field(strict=True, ge=0, le=1000, allow_inf_nan=False)] = 6
+
+    @model_validator(mode="after")
+    def _bounded(self) -> SyntheticSpec:
+        if self.days * self.builds_per_day > SYNTHETIC_MAX_BUILDS:
+            raise ValueError(f"days x builds_per_day is at most {SYNTHETIC_MAX_BUILDS:,} builds")
+        return self
+
+
+class HistorySpec(_Strict):
+    org: Name
+    since: Timestamp
+    until: Timestamp
+    sizes: Literal["recommended", "recorded"] = Field(
+        default="recommended",
+        description="recommended: each job's current recommendation; recorded: each run's CPU peak and "
+        "reported memory limit (else its memory peak)",
+    )
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return to_naive_utc(value)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> HistorySpec:
+        if self.since >= self.until:
+            raise ValueError("since must be before until")
+        if self.until - self.since > timedelta(days=92):
+            raise ValueError("the window is at most 92 days")
+        return self
+
+
+class BallastSpec(_Strict):
+    replicas: Annotated[int, Field(strict=True, ge=0, le=1000)]
+    cpu: PlacementCpu | None = Field(default=None, description="default: the most common build-pod size of the trace")
+    memory: PlacementMemory | None = None
+
+
+class SimulationCreate(_Strict):
+    synthetic: SyntheticSpec | None = Field(default=None, description="a generated trace (see docs/simulation.md)")
+    history: HistorySpec | None = Field(default=None, description="the org's stored runs in a window")
+    pool: PoolSpec
+    profiles: list[ProfileName] = Field(default=["spread", "ci-bin-pack"], min_length=1, max_length=3)
+    ballast: Literal["auto"] | BallastSpec | None = Field(
+        default="auto",
+        description="each profile is also run with ballast: auto sizes it from the trace (most common pod, "
+        "most common burst within the provision delay); null runs without ballast only",
+    )
+    seed: Annotated[int, Field(strict=True, ge=0, le=2**31)] = 0
+
+    @model_validator(mode="after")
+    def _one_source(self) -> SimulationCreate:
+        if (self.synthetic is None) == (self.history is None):
+            raise ValueError("give exactly one of synthetic or history")
+        return self
+
+
+class AnalysisPublic(BaseModel):
+    id: str
+    kind: str
+    status: Literal["queued", "running", "done", "failed"]
+    progress: float = Field(description="0..1")
+    created_at: str | None
+    updated_at: str | None
+    created_by: str
+    request: dict[str, Any]
+    result: dict[str, Any] | None
+    error: str | None
+
+
+class BallastPublic(BaseModel):
+    org: str
+    window: dict[str, Any]
+    provision_delay_seconds: float
+    pod: StageTotalPublic = Field(description="the most common recommended build-pod size")
+    replicas: int = Field(description="the most common burst of build starts within the provision delay")
+    bursts: dict[str, Any] = Field(description="how many bursts, the largest, the share no bigger than replicas")
+    zero_hours_utc: list[str] = Field(
+        description="hours of the week with no build start (needs a window of 7 days or more)"
+    )
+    helm_values: str = Field(description="the cf-runtime chart's ballast.dind values")

@@ -76,6 +76,15 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
             "profile": "spread",
         },
     ),
+    "ballast": ("GET", "/api/v1/ballast?org=acme", None),
+    "simulate history": (
+        "POST",
+        "/api/v1/simulations",
+        {
+            "history": {"org": "acme", "since": "2026-11-01T00:00:00Z", "until": "2026-11-02T00:00:00Z"},
+            "pool": {"shapes": [{"name": "m", "cpu": 8, "memory": "32Gi"}]},
+        },
+    ),
 }
 CALLERS = ["none", "wrong", "ingest", "read", "admin", "other-org"]
 # expected status per endpoint, in CALLERS order
@@ -99,6 +108,8 @@ MATRIX: dict[str, list[int]] = {
     "info": [200] * 6,
     "compute stage": [401, 401, 403, 200, 200, 403],  # the referenced job's org is checked
     "advise placement": [401, 401, 403, 200, 200, 403],
+    "ballast": [401, 401, 403, 200, 200, 403],
+    "simulate history": [401, 401, 403, 202, 202, 403],
 }
 
 

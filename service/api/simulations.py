@@ -1,0 +1,172 @@
+"""Fleet simulations (``POST``/``GET /api/v1/simulations``) and ballast advice (``GET /api/v1/ballast``)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from ..auth import ReadPrincipal
+from ..errors import (
+    BadRequest,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+    Unavailable,
+    problem_responses,
+)
+from ..models import AnalysisPublic, BallastPublic, Name, SimulationCreate, utcnow
+from ..services import analyses, simulate
+from ..services import ballast as ballast_service
+from .sizing import policy_of
+
+router = APIRouter(prefix="/api/v1", tags=["simulations"])
+#: analyses one process runs at once; more are refused with 503 rather than queued without bound
+MAX_RUNNING = 4
+
+
+def pool_of(body: SimulationCreate) -> simulate.Pool:
+    p = body.pool
+    return simulate.Pool(
+        shapes=tuple(simulate.Shape(s.name, s.cpu, s.memory, s.price_per_hour) for s in p.shapes),
+        initial_nodes=p.initial_nodes,
+        min_nodes=p.min_nodes,
+        max_nodes=p.max_nodes,
+        provision_delay=p.provision_delay_seconds,
+        scale_down_idle=p.scale_down_idle_seconds,
+    )
+
+
+def ballast_of(body: SimulationCreate, builds: list[simulate.Build], provision_delay: float) -> simulate.Ballast | None:
+    if body.ballast is None:
+        return None
+    auto = simulate.auto_ballast(builds, provision_delay)
+    if body.ballast == "auto":
+        return auto
+    return simulate.Ballast(
+        body.ballast.replicas,
+        auto.cpu if body.ballast.cpu is None else body.ballast.cpu,
+        auto.memory if body.ballast.memory is None else body.ballast.memory,
+    )
+
+
+def _check_room(request: Request) -> None:
+    if len(request.app.state.analysis_tasks) >= MAX_RUNNING:
+        raise Unavailable(
+            f"{MAX_RUNNING} analyses are running in this process; retry later", headers={"Retry-After": "10"}
+        )
+
+
+@router.post(
+    "/simulations",
+    status_code=202,
+    response_model=AnalysisPublic,
+    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+)
+async def create_simulation(
+    body: SimulationCreate, request: Request, response: Response, principal: ReadPrincipal
+) -> dict[str, Any]:
+    """Start a fleet simulation: replay a trace (``synthetic``, or the org's stored runs in a
+    ``history`` window) onto the node ``pool`` under each profile, with and without ballast, and
+    compare node-hours, cost, allocation, build start delays and nodes held by a lone build.
+    Answers 202 at once; poll ``GET /api/v1/simulations/{id}`` (``Location``) for progress and the report."""
+    if body.history is not None:
+        principal.ensure_org(body.history.org)
+    _check_room(request)
+    state = request.app.state
+    pool = pool_of(body)
+    policy = policy_of(request)
+
+    async def prepare() -> analyses.Work:
+        loaded: list[simulate.Build] | None = None
+        source: dict[str, Any] = {}
+        if body.history is not None:
+            h = body.history
+            async with state.engine.connect() as conn:
+                loaded, info = await simulate.load_trace(
+                    conn=conn, org=h.org, since=h.since, until=h.until, sizes=h.sizes, policy=policy
+                )
+            source = {"history": info}
+
+        def work(progress: Any) -> dict[str, Any]:
+            builds = loaded
+            if builds is None:  # a synthetic trace is generated in the thread, not on the event loop
+                s = body.synthetic
+                assert s is not None
+                builds = simulate.synthetic(
+                    days=s.days,
+                    builds_per_day=s.builds_per_day,
+                    seed=s.seed,
+                    peak_hour=s.peak_hour,
+                    weekend_factor=s.weekend_factor,
+                    bursts_per_day=s.bursts_per_day,
+                )
+                source["synthetic"] = s.model_dump()
+            scenarios = simulate.scenarios_for(body.profiles, ballast_of(body, builds, pool.provision_delay))
+            result = simulate.run_all(builds, pool, scenarios, seed=body.seed, progress=progress)
+            result["trace"].update(source)
+            return result
+
+        return work
+
+    analysis_id = await analyses.create(
+        engine=state.write_engine, kind="simulation", request=body.model_dump(mode="json"), created_by=principal.name
+    )
+    analyses.start(state.analysis_tasks, engine=state.write_engine, analysis_id=analysis_id, prepare=prepare)
+    response.headers["Location"] = f"/api/v1/simulations/{analysis_id}"
+    return await _get(request, analysis_id, "simulation", principal)
+
+
+async def _get(request: Request, analysis_id: str, kind: str, principal: Any) -> dict[str, Any]:
+    async with request.app.state.engine.connect() as conn:
+        found = await analyses.get(conn=conn, analysis_id=analysis_id, kind=kind)
+    if found is None:
+        raise NotFound(f"no {kind} {analysis_id!r}")
+    history = found["request"].get("history")
+    if history is not None:
+        principal.ensure_org(history["org"])
+    return found
+
+
+@router.get(
+    "/simulations/{analysis_id}",
+    response_model=AnalysisPublic,
+    responses=problem_responses(NotFound, Unauthorized, Forbidden),
+)
+async def get_simulation(analysis_id: str, request: Request, principal: ReadPrincipal) -> dict[str, Any]:
+    """Status (``queued``, ``running``, ``done``, ``failed``), progress 0..1, and when done the report."""
+    return await _get(request, analysis_id, "simulation", principal)
+
+
+@router.get(
+    "/ballast",
+    response_model=BallastPublic,
+    responses=problem_responses(InvalidInput, Unauthorized, Forbidden),
+)
+async def get_ballast(
+    request: Request,
+    principal: ReadPrincipal,
+    org: Annotated[Name, Query(description="the org whose builds the ballast serves")],
+    days: Annotated[int, Query(ge=1, le=92, description="the window of stored runs, ending now")] = 28,
+    provision_delay_seconds: Annotated[
+        float, Query(ge=1, le=86400, description="how long the autoscaler takes to bring a node")
+    ] = 120,
+) -> dict[str, Any]:
+    """Ballast pods for instant build starts: their size (the most common recommended build-pod
+    size), their count (the most common burst of build starts within the provision delay, with the
+    share of bursts it covers), the hours of the week with no build (ballast can scale to zero),
+    and the cf-runtime Helm values to paste."""
+    principal.ensure_org(org)
+    until = utcnow()
+    async with request.app.state.engine.connect() as conn:
+        return await ballast_service.advise(
+            conn=conn,
+            org=org,
+            since=until - timedelta(days=days),
+            until=until,
+            provision_delay=provision_delay_seconds,
+            policy=policy_of(request),
+        )

@@ -1,0 +1,84 @@
+"""Small SVG charts for the CLI's reports (no plotting dependency for a few lines of markup)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from html import escape
+
+COLORS = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2")
+
+
+def step_series(points: Sequence[tuple[float, float]], end: float, every: float) -> list[tuple[float, float]]:
+    """A step signal ``(t, value)`` (each value holds until the next t) resampled every ``every``
+    seconds as the bucket's maximum, so short peaks stay visible."""
+    out: list[tuple[float, float]] = []
+    if not points:
+        return out
+    i = 0
+    current = points[0][1]
+    t = 0.0
+    while t < end:
+        top = current
+        while i < len(points) and points[i][0] < t + every:
+            current = points[i][1]
+            top = max(top, current)
+            i += 1
+        out.append((t, top))
+        t += every
+    return out
+
+
+def line_panels(
+    title: str,
+    panels: Sequence[tuple[str, dict[str, list[tuple[float, float]]]]],
+    *,
+    x_label: str = "hours",
+    x_scale: float = 3600.0,
+    width: int = 900,
+    panel_height: int = 180,
+) -> str:
+    """Stacked panels sharing the x axis; each panel maps a series name to ``(x, y)`` points."""
+    left, right, top, gap = 60, 160, 40, 46
+    height = top + len(panels) * (panel_height + gap) + 10
+    plot_w = width - left - right
+    xs = [x for _, series in panels for pts in series.values() for x, _ in pts]
+    x_max = max(xs, default=1.0) or 1.0
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{left}" y="22" font-size="14" font-weight="bold">{escape(title)}</text>',
+    ]
+    for p, (label, series) in enumerate(panels):
+        y0 = top + p * (panel_height + gap)
+        ys = [y for pts in series.values() for _, y in pts]
+        y_max = max(ys, default=1.0) or 1.0
+        out.append(f'<text x="{left}" y="{y0 + 12}" fill="#333">{escape(label)} (max {y_max:g})</text>')
+        base = y0 + 18 + panel_height - 18
+        out.append(f'<line x1="{left}" y1="{base}" x2="{left + plot_w}" y2="{base}" stroke="#999"/>')
+        out.append(f'<line x1="{left}" y1="{y0 + 18}" x2="{left}" y2="{base}" stroke="#999"/>')
+        for k in range(0, 5):
+            v = y_max * k / 4
+            y = base - (panel_height - 18) * k / 4
+            out.append(f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" fill="#777">{v:.3g}</text>')
+        for s, (name, pts) in enumerate(series.items()):
+            color = COLORS[s % len(COLORS)]
+            path = " ".join(
+                f"{'M' if i == 0 else 'L'}{left + plot_w * x / x_max:.1f},{base - (panel_height - 18) * y / y_max:.1f}"
+                for i, (x, y) in enumerate(pts)
+            )
+            out.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.2"/>')
+            if p == 0:
+                out.append(
+                    f'<rect x="{left + plot_w + 14}" y="{y0 + 20 + 16 * s}" width="10" height="10" fill="{color}"/>'
+                )
+                out.append(f'<text x="{left + plot_w + 28}" y="{y0 + 29 + 16 * s}">{escape(name)}</text>')
+    ticks = 7
+    base_x = top + len(panels) * (panel_height + gap) - gap + 14
+    for k in range(ticks + 1):
+        x = x_max * k / ticks
+        out.append(
+            f'<text x="{left + plot_w * k / ticks:.1f}" y="{base_x}" text-anchor="middle" fill="#777">{x / x_scale:.0f}</text>'
+        )
+    out.append(f'<text x="{left + plot_w / 2}" y="{base_x + 14}" text-anchor="middle" fill="#555">{x_label}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"

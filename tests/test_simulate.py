@@ -1,0 +1,278 @@
+"""The fleet simulator and the ballast advisor: tiny scenarios worked by hand for every metric,
+determinism, the synthetic trace, the ballast formulas, and the API and CLI on SQLite and PostgreSQL.
+
+Times in seconds; CPU in millicores. Nodes of 4000m/16Gi; builds of 1000m/1Gi unless said."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from service.__main__ import main
+from service.services import ballast, simulate
+from service.services.simulate import Ballast, Build, Pool, Scenario, Shape
+
+from .helpers import GIB, JOB, MIB, container, post_runs
+
+NODE = Shape("n", 4000, 16 * GIB, 2.0)
+
+
+def b(start: float, duration: float, cpu: int = 1000, memory: int = GIB) -> Build:
+    return Build(start, duration, cpu, memory)
+
+
+# A runs 0-1000; B 10-110; C 200-300. Two nodes ready at 0, none kept at minimum.
+TRICKLE = [b(0, 1000), b(10, 100), b(200, 100)]
+TWO_NODES = Pool(shapes=(NODE,), initial_nodes=2, provision_delay=60, scale_down_idle=300)
+
+
+def run(
+    builds: list[Build], pool: Pool, profile: str, ballast_pods: Ballast | None = None, seed: int = 1
+) -> dict[str, Any]:
+    report, _ = simulate.simulate(builds, pool, Scenario(profile, profile, ballast_pods), seed=seed)
+    return report
+
+
+def test_spread_keeps_both_nodes_longer() -> None:
+    # spread: A on X; B to the empty Y; Y empty at 110, C comes back to Y at 200 (Y still idle < 300 s),
+    # Y empty at 300 -> removed at 600. X runs A alone 0-1000. Node-seconds 1000 + 600 = 1600.
+    r = run(TRICKLE, TWO_NODES, "spread")
+    assert r["node_hours"] == pytest.approx(1600 / 3600, abs=1e-4)
+    assert r["cost"] == pytest.approx(1600 / 3600 * 2.0, abs=1e-4)
+    # CPU: 0-10 1/8, 10-110 2/8, 110-200 1/8, 200-300 2/8, 300-600 1/8, 600-1000 1/4 (one node left)
+    assert r["cpu_allocation"]["mean"] == pytest.approx(0.2, abs=1e-4)
+    assert r["cpu_allocation"]["p95"] == 0.25
+    assert r["memory_allocation"]["mean"] == pytest.approx(0.2 / 4, abs=1e-4)  # 1Gi of 16Gi vs 1000m of 4000m
+    # A alone on X for 1000 s > the 300 s idle time: one node held by a lone build; B and C alone on
+    # Y for 100 s each do not count
+    assert r["nodes_blocked_by_single_build"] == 1
+    assert r["single_build_node_hours"] == pytest.approx(1000 / 3600, abs=1e-4)
+    assert (r["waited"], r["start_delay_seconds"]["p95"], r["peak_nodes"], r["nodes_launched"]) == (0, 0.0, 2, 2)
+
+
+def test_bin_pack_frees_a_node() -> None:
+    # ci-bin-pack: A, B and C share X; Y is empty from 0 and removed at 300. Node-seconds 1000 + 300.
+    r = run(TRICKLE, TWO_NODES, "ci-bin-pack")
+    assert r["node_hours"] == pytest.approx(1300 / 3600, abs=1e-4)
+    # CPU: 0-10 1/8, 10-110 2/8, 110-200 1/8, 200-300 2/8 (both nodes), 300-1000 1/4 -> 237.5/1000
+    assert r["cpu_allocation"]["mean"] == pytest.approx(0.2375, abs=1e-4)
+    # lone episodes on X: 0-10, 110-200, 300-1000 (700 s, the only one past 300 s)
+    assert r["nodes_blocked_by_single_build"] == 1
+    assert r["single_build_node_hours"] == pytest.approx(700 / 3600, abs=1e-4)
+
+
+def test_waiting_for_the_autoscaler() -> None:
+    # no node: A at 0 launches one (ready at 60); B at 10 fits on it (covered, no second node);
+    # C (3000m) at 20 does not fit beside them: a second node, ready at 80. Waits 60, 50, 60.
+    pool = Pool(shapes=(NODE,), provision_delay=60, scale_down_idle=300)
+    r = run([b(0, 600), b(10, 600), b(20, 1200, cpu=3000)], pool, "spread")
+    assert (r["waited"], r["nodes_launched"], r["peak_nodes"]) == (3, 2, 2)
+    assert r["start_delay_seconds"] == {"p50": 60.0, "p95": 60.0, "max": 60.0}
+    # node 0: launched 0, empty at 660, removed 960; node 1: launched 20, runs C 80-1280
+    assert r["node_hours"] == pytest.approx((960 + 1260) / 3600, abs=1e-4)
+
+
+def test_ballast_is_preempted_so_the_build_starts_at_once() -> None:
+    # one ballast pod the size of a node: placed when the first node is ready (60). The build at 100
+    # evicts it and starts at once; the ballast waits for a second node (launched 100, ready 160).
+    pool = Pool(shapes=(NODE,), provision_delay=60, scale_down_idle=300)
+    builds = [b(100, 200)]
+    with_ballast = run(builds, pool, "spread", Ballast(1, 4000, 16 * GIB))
+    assert (with_ballast["waited"], with_ballast["preemptions"], with_ballast["nodes_launched"]) == (0, 1, 2)
+    # node-seconds: 0-300 and 100-300 (the run ends with the last build)
+    assert with_ballast["node_hours"] == pytest.approx(500 / 3600, abs=1e-4)
+    without = run(builds, pool, "spread")
+    assert (without["waited"], without["start_delay_seconds"]["max"], without["nodes_launched"]) == (1, 60.0, 1)
+    # the build starts at 160 and ends at 360; its node was launched at 100
+    assert without["node_hours"] == pytest.approx(260 / 3600, abs=1e-4)
+
+
+def test_max_nodes_and_unschedulable() -> None:
+    # a build bigger than every shape is counted, not run; with max_nodes 1 the second build waits
+    # for the first to finish (0-100), then starts at 100
+    pool = Pool(shapes=(NODE,), initial_nodes=1, max_nodes=1, provision_delay=60, scale_down_idle=300)
+    r = run([b(0, 100, cpu=4000), b(5, 50, cpu=4000), b(6, 10, cpu=8000)], pool, "spread")
+    assert r["unschedulable"] == 1
+    assert r["start_delay_seconds"]["max"] == pytest.approx(95.0)
+    assert r["nodes_launched"] == 1
+
+
+def test_same_input_same_output() -> None:
+    builds = simulate.synthetic(days=1, builds_per_day=800, seed=3)
+    assert builds == simulate.synthetic(days=1, builds_per_day=800, seed=3)
+    assert builds != simulate.synthetic(days=1, builds_per_day=800, seed=4)
+    pool = Pool(shapes=(Shape("m", 8000, 32 * GIB, 0.4),))
+    scenarios = simulate.scenarios_for(["spread", "ci-bin-pack"], Ballast(2, 2000, 4 * GIB))
+    first = simulate.run_all(builds, pool, scenarios, seed=9)
+    assert first == simulate.run_all(builds, pool, scenarios, seed=9)
+    assert [s["scenario"] for s in first["scenarios"]] == [
+        "spread",
+        "ci-bin-pack",
+        "spread + ballast",
+        "ci-bin-pack + ballast",
+    ]
+    # the claim of 004, on this trace: packing needs fewer node-hours than spreading
+    by = {s["scenario"]: s for s in first["scenarios"]}
+    assert by["ci-bin-pack"]["node_hours"] < by["spread"]["node_hours"]
+
+
+def test_synthetic_trace_shape() -> None:
+    # a week at 1000 a day: about 7000 builds, weekdays busier than weekends, afternoons than nights
+    builds = simulate.synthetic(days=7, builds_per_day=1000, seed=1, bursts_per_day=0)
+    assert 6300 < len(builds) < 7700
+    day = [0] * 7
+    hour = [0] * 24
+    for x in builds:
+        day[int(x.start // 86400)] += 1
+        hour[int(x.start % 86400 // 3600)] += 1
+    assert min(day[:5]) > 3 * max(day[5:])
+    assert hour[14] > 5 * hour[3]
+    assert all(x.duration >= 30 for x in builds)
+
+
+# --------------------------------------------------------------------------- ballast formulas
+
+
+def test_bursts_group_starts_within_the_delay() -> None:
+    # delay 120: [0, 30, 119] | [120, 200] | [500] | [700, 701, 702]
+    starts = [0, 30, 119, 120, 200, 500, 700, 701, 702]
+    assert ballast.bursts(starts, 120) == [3, 2, 1, 3]
+    # the most common size is 3 (twice); it covers every burst
+    assert ballast.replicas([3, 2, 1, 3]) == (3, 1.0)
+    # ties go to the larger size; the share covered counts bursts up to it
+    assert ballast.replicas([1, 1, 4, 4, 9]) == (4, 0.8)
+    assert ballast.replicas([]) == (0, 1.0)
+
+
+def test_most_common_size_and_zero_hours() -> None:
+    assert ballast.most_common_size([(1000, 2), (2000, 4), (1000, 2)]) == (1000, 2)
+    assert ballast.most_common_size([(1000, 2), (2000, 4)]) == (2000, 4)  # tie: the larger
+    monday = datetime(2026, 11, 16, 9, 30)  # a Monday
+    free = ballast.zero_hours([monday, monday + timedelta(days=5, hours=1)])  # Mon 09, Sat 10
+    assert "Mon 09" not in free
+    assert "Sat 10" not in free
+    assert len(free) == 7 * 24 - 2
+    values = ballast.helm_values(3, 3500, 7800 * MIB)
+    assert "replicaCount: 3" in values
+    assert "cpu: 3500m" in values
+    assert "memory: 7800Mi" in values
+
+
+# --------------------------------------------------------------------------- API and CLI
+
+T0 = datetime(2026, 11, 16, 9, 0, tzinfo=UTC)  # a Monday
+
+
+def timed_run(n: int, start: datetime, minutes: float, job: str = "build") -> dict[str, Any]:
+    return {
+        **JOB,
+        "job": job,
+        "run_id": f"r{n}",
+        "started_at": start.isoformat().replace("+00:00", "Z"),
+        "finished_at": (start + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z"),
+        "containers": [container(cpu=500.0, mem=600 * MIB)],
+    }
+
+
+async def poll(client: httpx.AsyncClient, location: str) -> dict[str, Any]:
+    for _ in range(300):
+        a: dict[str, Any] = (await client.get(location)).json()
+        if a["status"] in ("done", "failed"):
+            return a
+        await asyncio.sleep(0.05)
+    raise AssertionError("the simulation did not finish")
+
+
+async def test_simulation_of_stored_runs(client: httpx.AsyncClient) -> None:
+    # three runs of one job on a Monday morning: two start together, one later
+    runs = [
+        timed_run(1, T0, 10),
+        timed_run(2, T0 + timedelta(seconds=30), 10),
+        timed_run(3, T0 + timedelta(hours=2), 5),
+    ]
+    await post_runs(client, *runs)
+    body = {
+        "history": {
+            "org": JOB["org"],
+            "since": "2026-11-16T00:00:00Z",
+            "until": "2026-11-17T00:00:00Z",
+            "sizes": "recorded",
+        },
+        "pool": {
+            "shapes": [{"name": "m", "cpu": 2, "memory": "8Gi", "price_per_hour": 1}],
+            "provision_delay_seconds": 60,
+        },
+        "ballast": None,
+    }
+    r = await client.post("/api/v1/simulations", json=body)
+    assert r.status_code == 202, r.text
+    assert r.json()["status"] in ("queued", "running", "done")
+    a = await poll(client, r.headers["Location"])
+    assert a["status"] == "done", a["error"]
+    result = a["result"]
+    assert result["trace"]["builds"] == 3
+    assert result["trace"]["history"]["runs"] == 3
+    spread = result["scenarios"][0]
+    # recorded sizes: 500m / 600Mi each. No node at first: build 1 launches one (ready at 60, it waits
+    # 60 s), build 2 at 30 is covered by it (waits 30 s); the node empties at 660 and is gone at 1260,
+    # so build 3 at 7200 launches another and waits 60 s too
+    assert spread["waited"] == 3
+    assert spread["start_delay_seconds"]["max"] == 60.0
+    assert set(result["timelines"]) == {"spread", "ci-bin-pack"}
+
+
+async def test_simulation_bad_input_and_unknown_id(client: httpx.AsyncClient) -> None:
+    r = await client.post("/api/v1/simulations", json={"pool": {"shapes": [{"name": "m", "cpu": 2, "memory": "8Gi"}]}})
+    assert r.status_code == 422
+    assert r.headers["content-type"] == "application/problem+json"
+    bad = {"synthetic": {}, "pool": {"shapes": []}}
+    r = await client.post("/api/v1/simulations", json=bad)
+    assert "body/pool/shapes" in [e["field"] for e in r.json()["errors"]]
+    r = await client.get("/api/v1/simulations/does-not-exist")
+    assert r.status_code == 404
+    assert r.headers["content-type"] == "application/problem+json"
+
+
+async def test_ballast_advice_from_stored_runs(client: httpx.AsyncClient) -> None:
+    # starts (s after the first): 0, 30, 60 | 3600, 3650 | 7200, 7230, 7290 -> bursts 3, 2, 3 -> 3 replicas
+    now = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+    offsets = [0, 30, 60, 3600, 3650, 7200, 7230, 7290]
+    await post_runs(client, *(timed_run(i, now + timedelta(seconds=o), 5) for i, o in enumerate(offsets)))
+    r = await client.get("/api/v1/ballast", params={"org": JOB["org"], "days": 7, "provision_delay_seconds": 120})
+    assert r.status_code == 200, r.text
+    a = r.json()
+    assert a["replicas"] == 3
+    assert a["bursts"] == {"count": 3, "largest": 3, "covered_share": 1.0}
+    assert a["window"]["builds"] == 8
+    # one job in the learning phase (every run is clean): its recommended requests are the pod size
+    assert a["pod"]["cpu_millicores"] > 0
+    assert "replicaCount: 3" in a["helm_values"]
+    busy = {
+        f"{['Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat', 'Sun'][(now + timedelta(seconds=o)).weekday()]} {(now + timedelta(seconds=o)).hour:02d}"
+        for o in offsets
+    }
+    assert busy.isdisjoint(a["zero_hours_utc"])
+    assert len(a["zero_hours_utc"]) == 168 - len(busy)
+    r = await client.get("/api/v1/ballast", params={"org": JOB["org"], "days": 0})
+    assert r.status_code == 422
+
+
+def test_cli_simulate_prints_and_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    svg = tmp_path / "sim.svg"
+    assert main(["simulate", "--days", "1", "--builds-per-day", "400", "--plot", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "node-hours" in out
+    assert "ci-bin-pack + ballast" in out
+    assert svg.read_text().startswith("<svg")
+    assert "live nodes" in svg.read_text()
+    assert main(["simulate", "--days", "1", "--builds-per-day", "400", "--ballast", "none", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [s["scenario"] for s in report["scenarios"]] == ["spread", "ci-bin-pack"]
+    assert main(["simulate", "--shape", "broken"]) == 2
+    assert "NAME=CPU,MEMORY" in capsys.readouterr().err

@@ -15,8 +15,9 @@ TITLES = {
     "history": "History size: 1,000 vs 1,000,000 stored runs (bench/history.py)",
     "ingest": "Ingest: POST runs of 3,600 samples vs a bare FastAPI app (bench/ingest.py)",
     "placement": "Placement: scoring 5,000 nodes x 50 pods, Cython vs reference (bench/placement.py)",
+    "backtest": "Backtest: a year of history for 1,000 jobs at 20 runs a day (bench/backtest.py)",
 }
-ORDER = ["core", "http", "history", "ingest", "placement"]
+ORDER = ["core", "http", "history", "ingest", "placement", "backtest"]
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:

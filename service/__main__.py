@@ -1,4 +1,4 @@
-"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, simulate, openapi."""
+"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, simulate, backtest, openapi."""
 
 from __future__ import annotations
 
@@ -172,6 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0, help="the simulation's seed (ties between equal nodes)")
     sim.add_argument("--plot", type=Path, help="write nodes and CPU allocation over time here (SVG)")
     sim.add_argument("--json", action="store_true", help="print the report as JSON")
+    bt = sub.add_parser(
+        "backtest",
+        help="how good the recommendations would have been on the stored history",
+        description="Walks each job's runs in time order, sizes each run from the runs before it with every "
+        "combination of the parameters, and scores it against what it used; see docs/backtest.md.",
+    )
+    bt.add_argument("--org", help="one org's jobs (default: every org)")
+    bt.add_argument("--since", help="RFC 3339: runs that finished from then")
+    bt.add_argument("--until", help="RFC 3339: runs that finished before then")
+    bt.add_argument("--runs", default="5", help="newest clean runs analysed, comma-separated (default 5)")
+    bt.add_argument("--buffer", default="20", help="CPU headroom in percent, comma-separated (default 20)")
+    bt.add_argument("--cpu-percentile", default="p95", help="peak, p99, p95, p75, p50, avg; comma-separated")
+    bt.add_argument(
+        "--memory-qos", dest="qos_list", default="guaranteed", help="guaranteed, burstable; comma-separated"
+    )
+    bt.add_argument("--no-baselines", action="store_true", help="leave out the fixed default and the approximations")
+    bt.add_argument("--jobs", type=int, default=10, help="riskiest jobs to list (default 10)")
+    bt.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
+    bt.add_argument("--json", action="store_true", help="print the report as JSON")
     openapi = sub.add_parser("openapi", help="print the OpenAPI document")
     openapi.add_argument("--output", type=Path, help="write to this file instead of stdout")
     return parser
@@ -315,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             return _stage(args)
         elif args.command == "simulate":
             return _simulate(args)
+        elif args.command == "backtest":
+            return _backtest(args)
         else:
             parser.print_help()
             return 2
@@ -567,4 +588,70 @@ def _simulate(args: argparse.Namespace) -> int:
         print(simulate.render(result))
         took = time.perf_counter() - started
         print(f"\n{len(scenarios)} scenarios in {took:.1f} s" + (f"; plot written to {args.plot}" if args.plot else ""))
+    return 0
+
+
+def _backtest_body(args: argparse.Namespace) -> Any:
+    from .errors import validation_errors
+    from .models import BacktestCreate
+
+    def listed(text: str, as_int: bool) -> list[Any]:
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if as_int and not all(p.isdigit() for p in parts):
+            raise CliError(f"expected comma-separated whole numbers, not {text!r}")
+        return [int(p) for p in parts] if as_int else parts
+
+    raw = {
+        "org": args.org,
+        "since": args.since,
+        "until": args.until,
+        "runs": listed(args.runs, True),
+        "buffer": listed(args.buffer, True),
+        "cpu_percentile": listed(args.cpu_percentile, False),
+        "memory_qos": listed(args.qos_list, False),
+        "baselines": not args.no_baselines,
+    }
+    try:
+        return BacktestCreate.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"{e['field'].removeprefix('body/')}: {e['message']}" for e in validation_errors(exc.errors())]
+        raise CliError("invalid backtest:\n  " + "\n  ".join(lines)) from None
+
+
+async def _backtest_load(args: argparse.Namespace, body: Any) -> Any:
+    from .db import build_engine
+    from .services import backtest
+
+    settings = settings_from(args)
+    engine = build_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            series = await backtest.load(
+                conn=conn, org=body.org, since=body.since, until=body.until, max_memory=settings.max_memory
+            )
+            return series, await backtest.load_pins(conn=conn, org=body.org)
+    finally:
+        await engine.dispose()
+
+
+def _backtest(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .api.simulations import param_sets
+    from .services import backtest
+
+    body = _backtest_body(args)
+    started = time.perf_counter()
+    series, overrides = asyncio.run(_backtest_load(args, body))
+    if not series:
+        raise CliError("no stored runs to backtest" + (f" for org {body.org!r}" if body.org else ""), code=1)
+    loaded = time.perf_counter()
+    pols = backtest.policies(param_sets(body), baselines=body.baselines)
+    result = backtest.run(series, pols, overrides, progress=Progress("backtesting"))
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(backtest.render(result, jobs=args.jobs))
+        took = time.perf_counter() - loaded
+        print(f"\nread in {loaded - started:.1f} s, {len(pols)} policies scored in {took:.1f} s")
     return 0

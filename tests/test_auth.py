@@ -85,6 +85,7 @@ ENDPOINTS: dict[str, tuple[str, str, Any]] = {
             "pool": {"shapes": [{"name": "m", "cpu": 8, "memory": "32Gi"}]},
         },
     ),
+    "backtest": ("POST", "/api/v1/backtests", {"org": "acme"}),
 }
 CALLERS = ["none", "wrong", "ingest", "read", "admin", "other-org"]
 # expected status per endpoint, in CALLERS order
@@ -110,6 +111,7 @@ MATRIX: dict[str, list[int]] = {
     "advise placement": [401, 401, 403, 200, 200, 403],
     "ballast": [401, 401, 403, 200, 200, 403],
     "simulate history": [401, 401, 403, 202, 202, 403],
+    "backtest": [401, 401, 403, 202, 202, 403],
 }
 
 

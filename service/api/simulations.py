@@ -1,4 +1,5 @@
-"""Fleet simulations (``POST``/``GET /api/v1/simulations``) and ballast advice (``GET /api/v1/ballast``)."""
+"""Background analyses: fleet simulations (``/api/v1/simulations``), backtests (``/api/v1/backtests``),
+and ballast advice (``GET /api/v1/ballast``)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from ..errors import (
     Unavailable,
     problem_responses,
 )
-from ..models import AnalysisPublic, BallastPublic, Name, SimulationCreate, utcnow
+from ..models import AnalysisPublic, BacktestCreate, BallastPublic, Name, SimulationCreate, utcnow
 from ..services import analyses, simulate
+from ..services import backtest as backtest_service
 from ..services import ballast as ballast_service
 from .sizing import policy_of
 
-router = APIRouter(prefix="/api/v1", tags=["simulations"])
+router = APIRouter(prefix="/api/v1", tags=["analyses"])
 #: analyses one process runs at once; more are refused with 503 rather than queued without bound
 MAX_RUNNING = 4
 
@@ -125,9 +127,12 @@ async def _get(request: Request, analysis_id: str, kind: str, principal: Any) ->
         found = await analyses.get(conn=conn, analysis_id=analysis_id, kind=kind)
     if found is None:
         raise NotFound(f"no {kind} {analysis_id!r}")
-    history = found["request"].get("history")
-    if history is not None:
-        principal.ensure_org(history["org"])
+    req = found["request"]
+    org = req["history"]["org"] if req.get("history") else req.get("org")
+    if org is not None:
+        principal.ensure_org(org)
+    elif kind == "backtest" and principal.orgs is not None:
+        raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
     return found
 
 
@@ -170,3 +175,60 @@ async def get_ballast(
             provision_delay=provision_delay_seconds,
             policy=policy_of(request),
         )
+
+
+def param_sets(body: BacktestCreate) -> list[backtest_service.Params]:
+    return backtest_service.grid(body.runs, body.buffer, body.cpu_percentile, body.memory_qos)
+
+
+@router.post(
+    "/backtests",
+    status_code=202,
+    response_model=AnalysisPublic,
+    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+)
+async def create_backtest(
+    body: BacktestCreate, request: Request, response: Response, principal: ReadPrincipal
+) -> dict[str, Any]:
+    """Start a backtest: walk each job's stored history in time order and, before each run, size it
+    with each parameter set (every combination of ``runs``, ``buffer``, ``cpu_percentile``,
+    ``memory_qos``; the current overrides apply), then score against what the run used: OOM risk,
+    throttle exposure, waste. The limits recorded with the runs and three baselines are scored
+    alike; the waste/risk frontier is marked. Answers 202; poll ``Location`` for the report."""
+    if body.org is not None:
+        principal.ensure_org(body.org)
+    elif principal.orgs is not None:
+        raise Forbidden(f"token {principal.name!r} may not backtest every org: name one")
+    _check_room(request)
+    state = request.app.state
+    max_memory = state.settings.max_memory
+
+    async def prepare() -> analyses.Work:
+        async with state.engine.connect() as conn:
+            series = await backtest_service.load(
+                conn=conn, org=body.org, since=body.since, until=body.until, max_memory=max_memory
+            )
+            overrides = await backtest_service.load_pins(conn=conn, org=body.org)
+        pols = backtest_service.policies(param_sets(body), baselines=body.baselines)
+
+        def work(progress: Any) -> dict[str, Any]:
+            return backtest_service.run(series, pols, overrides, progress=progress)
+
+        return work
+
+    analysis_id = await analyses.create(
+        engine=state.write_engine, kind="backtest", request=body.model_dump(mode="json"), created_by=principal.name
+    )
+    analyses.start(state.analysis_tasks, engine=state.write_engine, analysis_id=analysis_id, prepare=prepare)
+    response.headers["Location"] = f"/api/v1/backtests/{analysis_id}"
+    return await _get(request, analysis_id, "backtest", principal)
+
+
+@router.get(
+    "/backtests/{analysis_id}",
+    response_model=AnalysisPublic,
+    responses=problem_responses(NotFound, Unauthorized, Forbidden),
+)
+async def get_backtest(analysis_id: str, request: Request, principal: ReadPrincipal) -> dict[str, Any]:
+    """Status, progress 0..1, and when done the report: per policy fleet-wide and per job."""
+    return await _get(request, analysis_id, "backtest", principal)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ._reference import (
     BACKGROUND,
+    BACKTEST_FIELDS,
     DEFAULT_CPU_MILLICORES,
     DEFAULT_MEMORY_BYTES,
     GIB,
@@ -25,6 +26,11 @@ from ._reference import (
     PHASE_CONFIDENT,
     PHASE_LEARNING,
     PHASE_UNKNOWN,
+    POLICY_CI_SIZER,
+    POLICY_FIXED,
+    POLICY_KRR,
+    POLICY_RECORDED,
+    POLICY_VPA,
     SMALLEST_NODE,
     STEP,
 )
@@ -33,6 +39,7 @@ BACKEND: str
 
 if TYPE_CHECKING:
     from ._reference import (
+        backtest_walk,
         ceil_tolerant,
         compose_stage,
         cpu_limit_for,
@@ -49,6 +56,7 @@ else:
         if os.environ.get("CI_SIZER_PURE_PYTHON", "") not in ("", "0"):
             raise ImportError("CI_SIZER_PURE_PYTHON is set")
         from ._sizing import (
+            backtest_walk,
             ceil_tolerant,
             compose_stage,
             cpu_limit_for,
@@ -62,6 +70,7 @@ else:
         BACKEND = "cython"
     except ImportError:
         from ._reference import (
+            backtest_walk,
             ceil_tolerant,
             compose_stage,
             cpu_limit_for,
@@ -77,6 +86,7 @@ else:
 __all__ = [
     "BACKEND",
     "BACKGROUND",
+    "BACKTEST_FIELDS",
     "DEFAULT_CPU_MILLICORES",
     "DEFAULT_MEMORY_BYTES",
     "GIB",
@@ -91,8 +101,14 @@ __all__ = [
     "PHASE_CONFIDENT",
     "PHASE_LEARNING",
     "PHASE_UNKNOWN",
+    "POLICY_CI_SIZER",
+    "POLICY_FIXED",
+    "POLICY_KRR",
+    "POLICY_RECORDED",
+    "POLICY_VPA",
     "SMALLEST_NODE",
     "STEP",
+    "backtest_walk",
     "ceil_tolerant",
     "compose_stage",
     "cpu_limit_for",

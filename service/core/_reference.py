@@ -370,3 +370,172 @@ def score_nodes(
         raws.append(raw)
         scores.append(score)
     return fits, raws, scores, totals
+
+
+# --------------------------------------------------------------------------- backtest
+# Walk one container's history in time order: before each run, the recommendation a policy would
+# have made from the runs before it; then score it against what the run used. The per-run columns
+# cover every run of the job (``present`` 0 where the container is missing from a run).
+
+POLICY_CI_SIZER = 0  # rules S4-S16 with the given parameters, then the pins
+POLICY_FIXED = 1  # 500m / 4Gi, request = limit
+POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU limit; memory max + 15%
+POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
+POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
+BACKTEST_FIELDS = (
+    "scored",
+    "oom_risk",
+    "cpu_scored",
+    "throttled",
+    "cpu_waste",
+    "memory_waste",
+    "cpu_request",
+    "memory_request",
+)
+
+
+def _window_quantile(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    h = (len(xs) - 1) * q
+    lo = int(h)
+    return xs[lo] if lo + 1 >= len(xs) else _interpolate(xs[lo], xs[lo + 1], h - lo)
+
+
+def backtest_walk(
+    clean: Sequence[int],
+    present: Sequence[int],
+    cpu_stat: Sequence[float],
+    cpu_peak: Sequence[float],
+    cpu_p95: Sequence[float],
+    cpu_avg: Sequence[float],
+    mem_peak: Sequence[int],
+    mem_limit: Sequence[int],
+    oom: Sequence[int],
+    pod_peak: Sequence[int],
+    ceiling: Sequence[int],
+    duration: Sequence[float],
+    policy: int,
+    runs: int,
+    buffer_pct: int,
+    guaranteed: bool,
+    pins: Sequence[int],
+) -> tuple[int, int, int, int, float, float, float, float]:
+    """Totals over the runs where the container is present, in ``BACKTEST_FIELDS`` order:
+    runs scored; runs whose memory peak exceeded the limit, or reached it in an OOM-suspect run
+    (OOM risk); runs with a CPU limit, and
+    those whose p95 exceeded it (throttle exposure); waste ``max(0, request - use) x duration``
+    (CPU: millicore-seconds against the mean use; memory: byte-seconds against the peak); and the
+    requests x duration (millicore-seconds, byte-seconds), to put the waste in proportion.
+
+    ``cpu_stat`` is the stat the CI-sizer policy sizes a confident job from; ``pod_peak`` each
+    run's pod memory (rule S11); ``ceiling`` the node ceiling in force before each run, or -1;
+    ``pins`` the overrides' ``(cpu_request, cpu_limit, memory_request, memory_limit)`` then each
+    one's scope rank (1 org .. 4 job; 0 = not pinned), resolved as rule O3 does.
+    """
+    n = len(clean)
+    columns = (present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration)
+    if any(len(c) != n for c in columns):
+        raise ValueError("the columns differ in length")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    scored = oom_risk = cpu_scored = throttled = 0
+    cpu_waste = mem_waste = cpu_req_total = mem_req_total = 0.0
+    clean_idx: list[int] = []  # indices of clean runs so far
+    for i in range(n):
+        if present[i]:
+            cpu_req, cpu_lim, mem_req, mem_lim = _policy_values(
+                i, clean_idx, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak,
+                ceiling, policy, runs, buffer_pct, guaranteed, pins,
+            )  # fmt: skip
+            if mem_lim >= 0:
+                scored += 1
+                # an OOM-suspect run's true need was at least its peak: a limit at the peak is a risk too
+                oom_risk += mem_peak[i] > mem_lim or (oom[i] != 0 and mem_peak[i] >= mem_lim)
+                mem_waste += max(0, mem_req - mem_peak[i]) * duration[i]
+                mem_req_total += mem_req * duration[i]
+            if cpu_req >= 0:
+                cpu_waste += max(0.0, cpu_req - cpu_avg[i]) * duration[i]
+                cpu_req_total += cpu_req * duration[i]
+            if cpu_lim >= 0:
+                cpu_scored += 1
+                throttled += cpu_p95[i] > cpu_lim
+        if clean[i]:
+            clean_idx.append(i)
+    return scored, oom_risk, cpu_scored, throttled, cpu_waste, mem_waste, cpu_req_total, mem_req_total
+
+
+def _policy_values(
+    i: int,
+    clean_idx: list[int],
+    present: Sequence[int],
+    cpu_stat: Sequence[float],
+    cpu_peak: Sequence[float],
+    cpu_p95: Sequence[float],
+    mem_peak: Sequence[int],
+    mem_limit: Sequence[int],
+    oom: Sequence[int],
+    pod_peak: Sequence[int],
+    ceiling: Sequence[int],
+    policy: int,
+    runs: int,
+    buffer_pct: int,
+    guaranteed: bool,
+    pins: Sequence[int],
+) -> tuple[int, int, int, int]:
+    """``(cpu_request, cpu_limit, memory_request, memory_limit)`` for run ``i``; -1 = not set."""
+    if policy == POLICY_RECORDED:
+        return -1, -1, mem_limit[i], mem_limit[i]
+    if policy == POLICY_FIXED:
+        return DEFAULT_CPU_MILLICORES, DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_BYTES
+    analysed = [j for j in clean_idx[-runs:] if present[j]] if clean_idx else []
+    if policy == POLICY_KRR or policy == POLICY_VPA:
+        if not analysed:
+            return DEFAULT_CPU_MILLICORES, DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_BYTES
+        if policy == POLICY_KRR:
+            cpu = ceil_tolerant(_window_quantile([cpu_p95[j] for j in analysed], 0.95))
+            mem = -(-max(mem_peak[j] for j in analysed) * 115 // 100)
+            return max(cpu, 1), -1, mem, mem
+        cpu = ceil_tolerant(_window_quantile([cpu_peak[j] for j in analysed], 0.9) * 1.15)
+        mem = ceil_tolerant(_window_quantile([float(mem_peak[j]) for j in analysed], 0.9) * 1.15)
+        return max(cpu, 1), max(cpu, 1), mem, mem
+    # CI-sizer: rules S4-S16 as compute() applies them, then the pins (rule O2)
+    samples = len(clean_idx)
+    phase = PHASE_UNKNOWN if samples == 0 else PHASE_LEARNING if samples <= 2 else PHASE_CONFIDENT
+    window_start = clean_idx[-runs] if samples >= runs else (clean_idx[0] if clean_idx else 0)
+    k = 0
+    streak_limit = -1
+    for j in range(i - 1, (window_start if samples else 0) - 1, -1):
+        if not present[j]:
+            continue
+        if not oom[j]:
+            break
+        k += 1
+        streak_limit = mem_limit[j]
+    if phase == PHASE_UNKNOWN:
+        cpu_observed, mem_observed, pod = 0.0, 0, -1
+    else:
+        used = analysed
+        stat = cpu_peak if phase == PHASE_LEARNING else cpu_stat
+        cpu_observed = max((stat[j] for j in used), default=0.0)
+        mem_observed = max((mem_peak[j] for j in used), default=0)
+        pod = max(pod_peak[j] for j in clean_idx[-runs:]) if phase == PHASE_CONFIDENT else -1
+        if not used:  # the container was in none of the analysed runs: no recommendation for it
+            return -1, -1, -1, -1
+    cpu_req, cpu_lim, mem_req, mem_lim, _ = size_container(
+        phase, cpu_observed, mem_observed, pod, buffer_pct, k, streak_limit, ceiling[i], guaranteed
+    )
+    values = [cpu_req, cpu_lim, mem_req, mem_lim]
+    ranks = [0, 0, 0, 0]  # rule O3: 0 the algorithm, 1-4 org, repo, workflow, job
+    for f in range(4):
+        if pins[4 + f] > 0:
+            values[f] = pins[f]
+            ranks[f] = pins[4 + f]
+    for req, lim in ((0, 1), (2, 3)):  # a request above its limit: the more specific source wins
+        if values[req] > values[lim]:
+            if ranks[req] > ranks[lim]:
+                values[lim], ranks[lim] = values[req], ranks[req]
+            else:
+                values[req], ranks[req] = values[lim], ranks[lim]
+    if guaranteed and ranks[2] == 0:
+        values[2] = values[3]
+    return values[0], values[1], values[2], values[3]

@@ -287,7 +287,7 @@ cpdef long long memory_limit_for(long long request_bytes):
     return pow2 * MIB
 
 
-def size_container(
+cdef void _size(
     int phase,
     double cpu_observed,
     long long memory_observed,
@@ -297,8 +297,10 @@ def size_container(
     long long streak_limit,
     long long ceiling,
     bint guaranteed,
-):
-    """The per-container arithmetic of rules S7-S16, before overrides (see ``_reference``)."""
+    long long* out,
+) noexcept:
+    """The per-container arithmetic of rules S7-S16 into ``out``: cpu request, cpu limit,
+    memory request, memory limit, capped."""
     cdef long long cpu_request, cpu_limit, memory_request, memory_limit, mem_h, pod_h, base
     cdef double cpu_exact
     cdef bint capped = False
@@ -342,7 +344,28 @@ def size_container(
         memory_request = memory_limit
     elif memory_request > memory_limit:
         memory_request = memory_limit
-    return cpu_request, cpu_limit, memory_request, memory_limit, capped
+    out[0] = cpu_request
+    out[1] = cpu_limit
+    out[2] = memory_request
+    out[3] = memory_limit
+    out[4] = capped
+
+
+def size_container(
+    int phase,
+    double cpu_observed,
+    long long memory_observed,
+    long long pod_peak,
+    int buffer_pct,
+    int consecutive,
+    long long streak_limit,
+    long long ceiling,
+    bint guaranteed,
+):
+    """The per-container arithmetic of rules S7-S16, before overrides (see ``_reference``)."""
+    cdef long long out[5]
+    _size(phase, cpu_observed, memory_observed, pod_peak, buffer_pct, consecutive, streak_limit, ceiling, guaranteed, out)
+    return out[0], out[1], out[2], out[3], bool(out[4])
 
 
 # --------------------------------------------------------------------------- stage composition
@@ -594,3 +617,209 @@ def score_nodes(
         raws.append(raw_buf.tolist())
         scores.append(score_buf.tolist())
     return [bool(f) for f in fits_buf], raws, scores, totals_buf.tolist()
+
+
+# --------------------------------------------------------------------------- backtest
+
+POLICY_CI_SIZER = 0
+POLICY_FIXED = 1
+POLICY_KRR = 2
+POLICY_VPA = 3
+POLICY_RECORDED = 4
+BACKTEST_FIELDS = (
+    "scored",
+    "oom_risk",
+    "cpu_scored",
+    "throttled",
+    "cpu_waste",
+    "memory_waste",
+    "cpu_request",
+    "memory_request",
+)
+
+
+cdef double _sorted_quantile(double* xs, Py_ssize_t n, double q) noexcept nogil:
+    qsort(xs, n, sizeof(double), _cmp_double)
+    cdef double h = (n - 1) * q
+    cdef Py_ssize_t lo = <Py_ssize_t>h
+    if lo + 1 >= n:
+        return xs[lo]
+    return xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo])
+
+
+cdef object _double_col(object column):
+    try:
+        view = memoryview(column)
+        if view.format == "d" and view.ndim == 1 and view.c_contiguous:
+            return column
+    except TypeError:
+        pass
+    return array("d", column)
+
+
+def backtest_walk(
+    clean, present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration,
+    int policy, int runs, int buffer_pct, bint guaranteed, pins,
+):
+    """One container's history walked in time order (see ``_reference.backtest_walk``)."""
+    cdef const long long[::1] c_clean = _int64(clean)
+    cdef Py_ssize_t n = c_clean.shape[0]
+    cdef const long long[::1] c_present = _int64(present)
+    cdef const double[::1] c_stat = _double_col(cpu_stat)
+    cdef const double[::1] c_peak = _double_col(cpu_peak)
+    cdef const double[::1] c_p95 = _double_col(cpu_p95)
+    cdef const double[::1] c_avg = _double_col(cpu_avg)
+    cdef const long long[::1] c_mem = _int64(mem_peak)
+    cdef const long long[::1] c_lim = _int64(mem_limit)
+    cdef const long long[::1] c_oom = _int64(oom)
+    cdef const long long[::1] c_pod = _int64(pod_peak)
+    cdef const long long[::1] c_ceil = _int64(ceiling)
+    cdef const double[::1] c_dur = _double_col(duration)
+    if (c_present.shape[0] != n or c_stat.shape[0] != n or c_peak.shape[0] != n or c_p95.shape[0] != n
+            or c_avg.shape[0] != n or c_mem.shape[0] != n or c_lim.shape[0] != n or c_oom.shape[0] != n
+            or c_pod.shape[0] != n or c_ceil.shape[0] != n or c_dur.shape[0] != n):
+        raise ValueError("the columns differ in length")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    cdef long long pin[8]
+    for f in range(8):
+        pin[f] = pins[f]
+    clean_buf = array("q", bytes(8 * (n if n > 0 else 1)))
+    cdef long long[::1] clean_idx = clean_buf
+    window_buf = array("d", bytes(8 * (runs if runs > 0 else 1)))
+    cdef double[::1] win = window_buf
+    cdef Py_ssize_t samples = 0, i, j, a, first, start, stop
+    cdef long long scored = 0, oom_risk = 0, cpu_scored = 0, throttled = 0
+    cdef double cpu_waste = 0.0, mem_waste = 0.0, cpu_req_total = 0.0, mem_req_total = 0.0
+    cdef long long v[4]
+    cdef long long rank[4]
+    cdef long long out[5]
+    cdef long long k, streak_limit, mem_observed, pod, m, tmp
+    cdef double cpu_observed, w
+    cdef int phase, r, l
+    cdef bint any_used
+    for i in range(n):
+        if c_present[i]:
+            first = samples - runs if samples > runs else 0  # the analysed clean runs: clean_idx[first:samples]
+            if policy == 4:
+                v[0] = -1
+                v[1] = -1
+                v[2] = c_lim[i]
+                v[3] = c_lim[i]
+            elif policy == 1:
+                v[0] = 500
+                v[1] = 500
+                v[2] = 4 * GIB
+                v[3] = 4 * GIB
+            elif policy == 2 or policy == 3:
+                m = 0
+                for a in range(first, samples):
+                    j = clean_idx[a]
+                    if c_present[j]:
+                        win[m] = c_p95[j] if policy == 2 else c_peak[j]
+                        m += 1
+                if m == 0:
+                    v[0] = 500
+                    v[1] = 500
+                    v[2] = 4 * GIB
+                    v[3] = 4 * GIB
+                elif policy == 2:
+                    v[0] = ceil_tolerant(_sorted_quantile(&win[0], m, 0.95))
+                    if v[0] < 1:
+                        v[0] = 1
+                    v[1] = -1
+                    tmp = 0
+                    for a in range(first, samples):
+                        j = clean_idx[a]
+                        if c_present[j] and c_mem[j] > tmp:
+                            tmp = c_mem[j]
+                    v[2] = (tmp * 115 + 99) // 100
+                    v[3] = v[2]
+                else:
+                    v[0] = ceil_tolerant(_sorted_quantile(&win[0], m, 0.9) * 1.15)
+                    if v[0] < 1:
+                        v[0] = 1
+                    v[1] = v[0]
+                    m = 0
+                    for a in range(first, samples):
+                        j = clean_idx[a]
+                        if c_present[j]:
+                            win[m] = <double>c_mem[j]
+                            m += 1
+                    v[2] = ceil_tolerant(_sorted_quantile(&win[0], m, 0.9) * 1.15)
+                    v[3] = v[2]
+            else:
+                phase = 0 if samples == 0 else (1 if samples <= 2 else 2)
+                start = (clean_idx[samples - runs] if samples >= runs else clean_idx[0]) if samples > 0 else 0
+                k = 0
+                streak_limit = -1
+                j = i - 1
+                while j >= start:
+                    if c_present[j]:
+                        if not c_oom[j]:
+                            break
+                        k += 1
+                        streak_limit = c_lim[j]
+                    j -= 1
+                cpu_observed = 0.0
+                mem_observed = 0
+                pod = -1
+                any_used = False
+                if phase > 0:
+                    for a in range(first, samples):
+                        j = clean_idx[a]
+                        if phase == 2 and (pod < 0 or c_pod[j] > pod):
+                            pod = c_pod[j]
+                        if not c_present[j]:
+                            continue
+                        w = c_peak[j] if phase == 1 else c_stat[j]
+                        if not any_used or w > cpu_observed:
+                            cpu_observed = w
+                        if not any_used or c_mem[j] > mem_observed:
+                            mem_observed = c_mem[j]
+                        any_used = True
+                    if phase == 1:
+                        pod = -1
+                if phase > 0 and not any_used:
+                    v[0] = -1
+                    v[1] = -1
+                    v[2] = -1
+                    v[3] = -1
+                else:
+                    _size(phase, cpu_observed, mem_observed, pod, buffer_pct, <int>k, streak_limit, c_ceil[i], guaranteed, out)
+                    for r in range(4):
+                        v[r] = out[r]
+                        rank[r] = 0
+                        if pin[4 + r] > 0:
+                            v[r] = pin[r]
+                            rank[r] = pin[4 + r]
+                    for r in (0, 2):
+                        l = r + 1
+                        if v[r] > v[l]:
+                            if rank[r] > rank[l]:
+                                v[l] = v[r]
+                                rank[l] = rank[r]
+                            else:
+                                v[r] = v[l]
+                                rank[r] = rank[l]
+                    if guaranteed and rank[2] == 0:
+                        v[2] = v[3]
+            if v[3] >= 0:
+                scored += 1
+                if c_mem[i] > v[3] or (c_oom[i] != 0 and c_mem[i] >= v[3]):
+                    oom_risk += 1
+                if v[2] > c_mem[i]:
+                    mem_waste += <double>(v[2] - c_mem[i]) * c_dur[i]
+                mem_req_total += <double>v[2] * c_dur[i]
+            if v[0] >= 0:
+                if v[0] - c_avg[i] > 0.0:
+                    cpu_waste += (v[0] - c_avg[i]) * c_dur[i]
+                cpu_req_total += <double>v[0] * c_dur[i]
+            if v[1] >= 0:
+                cpu_scored += 1
+                if c_p95[i] > v[1]:
+                    throttled += 1
+        if c_clean[i]:
+            clean_idx[samples] = i
+            samples += 1
+    return scored, oom_risk, cpu_scored, throttled, cpu_waste, mem_waste, cpu_req_total, mem_req_total

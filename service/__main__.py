@@ -392,6 +392,20 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
+def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any:
+    """``model`` from ``raw``, or a CliError listing each bad field (as a JSON pointer with ``pointer``)."""
+    from .errors import validation_errors
+
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        lines = []
+        for e in validation_errors(exc.errors()):
+            field = e["field"].removeprefix("body") if pointer else e["field"].removeprefix("body/")
+            lines.append(f"{field or '/'}: {e['message']}")
+        raise CliError(f"{what}:\n  " + "\n  ".join(lines)) from None
+
+
 _STAGE_FLAGS = ("increase_default_resources", "conservative_addon_limits", "use_recommendations")
 
 
@@ -399,7 +413,6 @@ def _stage_body(args: argparse.Namespace) -> Any:
     """The validated stage file, with the flags' options switched on."""
     import yaml
 
-    from .errors import validation_errors
     from .models import StageCompute
 
     name = str(args.file)
@@ -417,11 +430,7 @@ def _stage_body(args: argparse.Namespace) -> Any:
     options = raw.get("options", {})
     if isinstance(options, dict):
         raw = {**raw, "options": {**options, **{f: True for f in _STAGE_FLAGS if getattr(args, f)}}}
-    try:
-        return StageCompute.model_validate(raw)
-    except ValidationError as exc:
-        lines = [f"{e['field'].removeprefix('body') or '/'}: {e['message']}" for e in validation_errors(exc.errors())]
-        raise CliError(f"{name}: invalid stage:\n  " + "\n  ".join(lines)) from None
+    return _validated(StageCompute, raw, f"{name}: invalid stage", pointer=True)
 
 
 async def _stage_answers(args: argparse.Namespace, keys: list[Any]) -> dict[Any, Any]:
@@ -485,7 +494,6 @@ class Progress:
 
 
 def _simulation_body(args: argparse.Namespace) -> Any:
-    from .errors import validation_errors
     from .models import SimulationCreate
 
     shapes = []
@@ -532,11 +540,7 @@ def _simulation_body(args: argparse.Namespace) -> Any:
             "seed": args.trace_seed,
             "bursts_per_day": args.bursts_per_day,
         }
-    try:
-        return SimulationCreate.model_validate(raw)
-    except ValidationError as exc:
-        lines = [f"{e['field'].removeprefix('body/')}: {e['message']}" for e in validation_errors(exc.errors())]
-        raise CliError("invalid simulation:\n  " + "\n  ".join(lines)) from None
+    return _validated(SimulationCreate, raw, "invalid simulation")
 
 
 async def _history_trace(args: argparse.Namespace, body: Any) -> Any:
@@ -567,11 +571,8 @@ def _simulate(args: argparse.Namespace) -> int:
     pool = pool_of(body)
     started = time.perf_counter()
     if body.synthetic is not None:
-        s = body.synthetic
-        builds = simulate.synthetic(
-            days=s.days, builds_per_day=s.builds_per_day, seed=s.seed, bursts_per_day=s.bursts_per_day
-        )
-        source: dict[str, Any] = {"synthetic": s.model_dump()}
+        builds = simulate.synthetic_from(body.synthetic)
+        source: dict[str, Any] = {"synthetic": body.synthetic.model_dump()}
     else:
         builds, info = asyncio.run(_history_trace(args, body))
         source = {"history": info}
@@ -592,7 +593,6 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _backtest_body(args: argparse.Namespace) -> Any:
-    from .errors import validation_errors
     from .models import BacktestCreate
 
     def listed(text: str, as_int: bool) -> list[Any]:
@@ -611,11 +611,7 @@ def _backtest_body(args: argparse.Namespace) -> Any:
         "memory_qos": listed(args.qos_list, False),
         "baselines": not args.no_baselines,
     }
-    try:
-        return BacktestCreate.model_validate(raw)
-    except ValidationError as exc:
-        lines = [f"{e['field'].removeprefix('body/')}: {e['message']}" for e in validation_errors(exc.errors())]
-        raise CliError("invalid backtest:\n  " + "\n  ".join(lines)) from None
+    return _validated(BacktestCreate, raw, "invalid backtest")
 
 
 async def _backtest_load(args: argparse.Namespace, body: Any) -> Any:

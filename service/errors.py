@@ -90,6 +90,11 @@ class Forbidden(ServiceError):
     type_ = "https://ci-sizer.dev/problems/forbidden"
 
 
+class TooManyRequests(ServiceError):
+    status = 429
+    type_ = "https://ci-sizer.dev/problems/too-many-requests"
+
+
 class Unavailable(ServiceError):
     status = 503
     type_ = "https://ci-sizer.dev/problems/unavailable"

@@ -45,6 +45,8 @@ from sqlalchemy import (
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
+from .quantity import parse_cpu_millicores, parse_memory_bytes
+
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -424,28 +426,27 @@ def _quantity_text(v: Any, what: str) -> str:
     return v if isinstance(v, str) else repr(v)
 
 
+def _bounded(v: Any, what: Literal["CPU", "memory"], *, positive: bool, maximum: float) -> int:
+    """A typed quantity in base units (millicores, bytes; rounded up), within its bounds."""
+    parse = parse_cpu_millicores if what == "CPU" else parse_memory_bytes
+    value = parse(_quantity_text(v, what))
+    if positive and value <= 0:
+        raise ValueError("must be greater than zero")
+    if value < 0:
+        raise ValueError("must not be negative")
+    if value > maximum:
+        raise ValueError("is larger than any node")
+    return value
+
+
 def _stage_cpu(v: Any) -> int:
     """A CPU limit in whole millicores (rule H7); a bare number is cores."""
-    from .quantity import parse_cpu_millicores
-
-    millicores = parse_cpu_millicores(_quantity_text(v, "CPU"))
-    if millicores <= 0:
-        raise ValueError("must be greater than zero")
-    if millicores > MAX_CPU_MILLICORES:
-        raise ValueError("is larger than any node")
-    return millicores
+    return _bounded(v, "CPU", positive=True, maximum=MAX_CPU_MILLICORES)
 
 
 def _stage_memory(v: Any) -> int:
     """A memory limit in whole MiB, rounded up (rule H7); a bare number is bytes."""
-    from .quantity import parse_memory_bytes
-
-    num_bytes = parse_memory_bytes(_quantity_text(v, "memory"))
-    if num_bytes <= 0:
-        raise ValueError("must be greater than zero")
-    if num_bytes > MAX_MEMORY_BYTES:
-        raise ValueError("is larger than any node")
-    return -(-num_bytes // (1 << 20))
+    return -(-_bounded(v, "memory", positive=True, maximum=MAX_MEMORY_BYTES) // (1 << 20))
 
 
 _QUANTITY_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "number"}]}
@@ -612,25 +613,11 @@ PLACEMENT_MAX_CPU_MILLICORES = 1 << 30
 
 
 def _placement_cpu(v: Any) -> int:
-    from .quantity import parse_cpu_millicores
-
-    millicores = parse_cpu_millicores(_quantity_text(v, "CPU"))
-    if millicores < 0:
-        raise ValueError("must not be negative")
-    if millicores > PLACEMENT_MAX_CPU_MILLICORES:
-        raise ValueError("is larger than any node")
-    return millicores
+    return _bounded(v, "CPU", positive=False, maximum=PLACEMENT_MAX_CPU_MILLICORES)
 
 
 def _placement_memory(v: Any) -> int:
-    from .quantity import parse_memory_bytes
-
-    num_bytes = parse_memory_bytes(_quantity_text(v, "memory"))
-    if num_bytes < 0:
-        raise ValueError("must not be negative")
-    if num_bytes > PLACEMENT_MAX_MEMORY_BYTES:
-        raise ValueError("is larger than any node")
-    return num_bytes
+    return _bounded(v, "memory", positive=False, maximum=PLACEMENT_MAX_MEMORY_BYTES)
 
 
 PlacementCpu = Annotated[

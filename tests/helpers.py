@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
 
+T = TypeVar("T")
 MIB = 1 << 20
 GIB = 1 << 30
 T0 = datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -73,3 +75,36 @@ async def sizing(client: httpx.AsyncClient, job: dict[str, str] | None = None, *
     assert r.status_code == 200, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+async def poll(client: httpx.AsyncClient, location: str) -> dict[str, Any]:
+    """A background analysis' row once it is done or failed."""
+    import asyncio
+
+    for _ in range(300):
+        a: dict[str, Any] = (await client.get(location)).json()
+        if a["status"] in ("done", "failed"):
+            return a
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{location} did not finish")
+
+
+def sqlite_with(path: Any, use: Callable[[httpx.AsyncClient], Awaitable[T]]) -> tuple[str, T]:
+    """A migrated SQLite file at ``path`` and ``use(client)`` run against an app on it (to seed it);
+    returns the URL and what ``use`` returned."""
+    import asyncio
+
+    from service.__main__ import main
+    from service.main import create_app
+    from service.settings import Settings
+
+    url = f"sqlite+aiosqlite:///{path}"
+    assert main(["migrate", "--database-url", url]) == 0
+
+    async def run() -> T:
+        app = create_app(Settings(database_url=url))
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+                return await use(client)
+
+    return url, asyncio.run(run())

@@ -3,7 +3,6 @@ are worked out by hand; the frontier and the override resolution on their own.""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +16,7 @@ from service.models import Override
 from service.services import backtest
 from service.services.overrides import ScopeKey
 
-from .helpers import GIB, JOB, MIB, container, post_runs
+from .helpers import GIB, JOB, MIB, container, poll, post_runs, sqlite_with
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 
@@ -31,15 +30,6 @@ def timed(n: int, *, cpu: float, mem: int, limit: int | None = None, minutes: fl
         "finished_at": (start + timedelta(minutes=minutes)).isoformat().replace("+00:00", "Z"),
         "containers": [container(cpu=cpu, mem=mem, limit=limit)],
     }
-
-
-async def poll(client: httpx.AsyncClient, location: str) -> dict[str, Any]:
-    for _ in range(300):
-        a: dict[str, Any] = (await client.get(location)).json()
-        if a["status"] in ("done", "failed"):
-            return a
-        await asyncio.sleep(0.05)
-    raise AssertionError("the backtest did not finish")
 
 
 # Two runs of 10 minutes (600 s), CPU flat (all six stats equal, so the mean use is the stat too):
@@ -128,19 +118,10 @@ def test_pins_for_takes_the_most_specific() -> None:
 
 
 def test_cli_backtest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from service.main import create_app
-    from service.settings import Settings
+    async def seed(client: httpx.AsyncClient) -> None:
+        await post_runs(client, *HISTORY)
 
-    url = f"sqlite+aiosqlite:///{tmp_path / 'bt.db'}"
-    assert main(["migrate", "--database-url", url]) == 0
-
-    async def seed() -> None:
-        app = create_app(Settings(database_url=url))
-        async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-                await post_runs(client, *HISTORY)
-
-    asyncio.run(seed())
+    url, _ = sqlite_with(tmp_path / "bt.db", seed)
     assert main(["backtest", "--database-url", url, "--buffer", "10,20", "--cpu-percentile", "p95,p99"]) == 0
     out = capsys.readouterr().out
     assert "2 runs of 1 jobs" in out

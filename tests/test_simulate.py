@@ -5,7 +5,6 @@ Times in seconds; CPU in millicores. Nodes of 4000m/16Gi; builds of 1000m/1Gi un
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,7 +17,7 @@ from service.__main__ import main
 from service.services import ballast, simulate
 from service.services.simulate import Ballast, Build, Pool, Scenario, Shape
 
-from .helpers import GIB, JOB, MIB, container, post_runs
+from .helpers import GIB, JOB, MIB, container, poll, post_runs
 
 NODE = Shape("n", 4000, 16 * GIB, 2.0)
 
@@ -180,15 +179,6 @@ def timed_run(n: int, start: datetime, minutes: float, job: str = "build") -> di
     }
 
 
-async def poll(client: httpx.AsyncClient, location: str) -> dict[str, Any]:
-    for _ in range(300):
-        a: dict[str, Any] = (await client.get(location)).json()
-        if a["status"] in ("done", "failed"):
-            return a
-        await asyncio.sleep(0.05)
-    raise AssertionError("the simulation did not finish")
-
-
 async def test_simulation_of_stored_runs(client: httpx.AsyncClient) -> None:
     # three runs of one job on a Monday morning: two start together, one later
     runs = [
@@ -276,3 +266,14 @@ def test_cli_simulate_prints_and_plots(tmp_path: Path, capsys: pytest.CaptureFix
     assert [s["scenario"] for s in report["scenarios"]] == ["spread", "ci-bin-pack"]
     assert main(["simulate", "--shape", "broken"]) == 2
     assert "NAME=CPU,MEMORY" in capsys.readouterr().err
+
+
+async def test_too_many_running_analyses_is_429(client: httpx.AsyncClient) -> None:
+    # a process runs at most 4 analyses; the fifth is refused (problem+json, Retry-After), not queued
+    body = {"synthetic": {"days": 7}, "pool": {"shapes": [{"name": "m", "cpu": 8, "memory": "32Gi"}]}}
+    codes = [(await client.post("/api/v1/simulations", json=body)).status_code for _ in range(4)]
+    assert codes == [202] * 4
+    r = await client.post("/api/v1/simulations", json=body)
+    assert r.status_code == 429
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.headers["Retry-After"] == "10"

@@ -12,7 +12,7 @@ import pytest
 
 from service.__main__ import main
 
-from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
+from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path, sqlite_with
 from .stage_vectors import VECTORS
 
 URL = "/api/v1/stages:compute"
@@ -227,23 +227,12 @@ def test_cli_errors_name_the_item(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_cli_uses_recommendations_from_the_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # the stored runs of a SQLite file size the step, as the API would
-    import asyncio
+    async def seed(client: httpx.AsyncClient) -> int:
+        await learned(client)
+        limit: int = (await sizing(client))["containers"][0]["cpu"]["limit_millicores"]
+        return limit
 
-    from service.main import create_app
-    from service.settings import Settings
-
-    url = f"sqlite+aiosqlite:///{tmp_path / 'cli.db'}"
-    assert main(["migrate", "--database-url", url]) == 0
-
-    async def seed() -> int:
-        app = create_app(Settings(database_url=url))
-        async with app.router.lifespan_context(app):
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-                await learned(client)
-                limit: int = (await sizing(client))["containers"][0]["cpu"]["limit_millicores"]
-                return limit
-
-    cpu_limit = asyncio.run(seed())
+    url, cpu_limit = sqlite_with(tmp_path / "cli.db", seed)
     stage = tmp_path / "s.yaml"
     stage.write_text(json.dumps({"stage": [{"job": ref(JOB)}]}))
     assert main(["stage", str(stage), "--use-recommendations", "--database-url", url, "--json"]) == 0

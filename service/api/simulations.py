@@ -15,8 +15,8 @@ from ..errors import (
     InvalidInput,
     NotFound,
     PayloadTooLarge,
+    TooManyRequests,
     Unauthorized,
-    Unavailable,
     problem_responses,
 )
 from ..models import AnalysisPublic, BacktestCreate, BallastPublic, Name, SimulationCreate, utcnow
@@ -26,7 +26,7 @@ from ..services import ballast as ballast_service
 from .sizing import policy_of
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"])
-#: analyses one process runs at once; more are refused with 503 rather than queued without bound
+#: analyses one process runs at once; more are refused with 429 rather than queued without bound
 MAX_RUNNING = 4
 
 
@@ -57,7 +57,7 @@ def ballast_of(body: SimulationCreate, builds: list[simulate.Build], provision_d
 
 def _check_room(request: Request) -> None:
     if len(request.app.state.analysis_tasks) >= MAX_RUNNING:
-        raise Unavailable(
+        raise TooManyRequests(
             f"{MAX_RUNNING} analyses are running in this process; retry later", headers={"Retry-After": "10"}
         )
 
@@ -66,7 +66,7 @@ def _check_room(request: Request) -> None:
     "/simulations",
     status_code=202,
     response_model=AnalysisPublic,
-    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, TooManyRequests),
 )
 async def create_simulation(
     body: SimulationCreate, request: Request, response: Response, principal: ReadPrincipal
@@ -96,17 +96,9 @@ async def create_simulation(
         def work(progress: Any) -> dict[str, Any]:
             builds = loaded
             if builds is None:  # a synthetic trace is generated in the thread, not on the event loop
-                s = body.synthetic
-                assert s is not None
-                builds = simulate.synthetic(
-                    days=s.days,
-                    builds_per_day=s.builds_per_day,
-                    seed=s.seed,
-                    peak_hour=s.peak_hour,
-                    weekend_factor=s.weekend_factor,
-                    bursts_per_day=s.bursts_per_day,
-                )
-                source["synthetic"] = s.model_dump()
+                assert body.synthetic is not None
+                builds = simulate.synthetic_from(body.synthetic)
+                source["synthetic"] = body.synthetic.model_dump()
             scenarios = simulate.scenarios_for(body.profiles, ballast_of(body, builds, pool.provision_delay))
             result = simulate.run_all(builds, pool, scenarios, seed=body.seed, progress=progress)
             result["trace"].update(source)
@@ -114,12 +106,20 @@ async def create_simulation(
 
         return work
 
+    return await _launch(request, response, "simulation", body, principal, prepare)
+
+
+async def _launch(
+    request: Request, response: Response, kind: str, body: Any, principal: Any, prepare: analyses.Prepare
+) -> dict[str, Any]:
+    """Store the analysis, start it in this process, answer its row with ``Location``."""
+    engine = request.app.state.write_engine
     analysis_id = await analyses.create(
-        engine=state.write_engine, kind="simulation", request=body.model_dump(mode="json"), created_by=principal.name
+        engine=engine, kind=kind, request=body.model_dump(mode="json"), created_by=principal.name
     )
-    analyses.start(state.analysis_tasks, engine=state.write_engine, analysis_id=analysis_id, prepare=prepare)
-    response.headers["Location"] = f"/api/v1/simulations/{analysis_id}"
-    return await _get(request, analysis_id, "simulation", principal)
+    analyses.start(request.app.state.analysis_tasks, engine=engine, analysis_id=analysis_id, prepare=prepare)
+    response.headers["Location"] = f"/api/v1/{kind}s/{analysis_id}"
+    return await _get(request, analysis_id, kind, principal)
 
 
 async def _get(request: Request, analysis_id: str, kind: str, principal: Any) -> dict[str, Any]:
@@ -185,7 +185,7 @@ def param_sets(body: BacktestCreate) -> list[backtest_service.Params]:
     "/backtests",
     status_code=202,
     response_model=AnalysisPublic,
-    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, TooManyRequests),
 )
 async def create_backtest(
     body: BacktestCreate, request: Request, response: Response, principal: ReadPrincipal
@@ -216,12 +216,7 @@ async def create_backtest(
 
         return work
 
-    analysis_id = await analyses.create(
-        engine=state.write_engine, kind="backtest", request=body.model_dump(mode="json"), created_by=principal.name
-    )
-    analyses.start(state.analysis_tasks, engine=state.write_engine, analysis_id=analysis_id, prepare=prepare)
-    response.headers["Location"] = f"/api/v1/backtests/{analysis_id}"
-    return await _get(request, analysis_id, "backtest", principal)
+    return await _launch(request, response, "backtest", body, principal, prepare)
 
 
 @router.get(

@@ -471,6 +471,18 @@ DEFAULT_KINDS = (
 )
 
 
+def synthetic_from(spec: Any) -> list[Build]:
+    """``synthetic`` with the fields of a ``SyntheticSpec``."""
+    return synthetic(
+        days=spec.days,
+        builds_per_day=spec.builds_per_day,
+        seed=spec.seed,
+        peak_hour=spec.peak_hour,
+        weekend_factor=spec.weekend_factor,
+        bursts_per_day=spec.bursts_per_day,
+    )
+
+
 def synthetic(
     *,
     days: float = 7,

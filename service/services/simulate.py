@@ -142,7 +142,6 @@ class Simulation:
         self.segments: list[tuple[float, float, float, float, float, int]] = []  # t0, t1, cpu%, mem%, alloc cpu, nodes
         self.timeline: list[tuple[float, int, float, float]] = []  # t, live nodes, cpu%, mem%
         self.lone: list[float] = []  # lengths of single-build episodes that outlasted the idle time
-        self.lone_all: float = 0.0
         self.unschedulable = 0
         self.preemptions = 0
         self.running = 0  # builds on nodes
@@ -230,7 +229,6 @@ class Simulation:
         """Close a single-build episode before the node's pods change."""
         if node.lone_since is not None:
             length = self.now - node.lone_since
-            self.lone_all += length
             if length > self.pool.scale_down_idle:
                 self.lone.append(length)
             node.lone_since = None

@@ -99,7 +99,7 @@ class _Limits:
     source: dict[str, Any]
 
 
-def _container_of(answer: dict[str, Any], wanted: str | None, path: str) -> dict[str, Any] | str:
+def _container_of(answer: dict[str, Any], wanted: str | None) -> dict[str, Any] | str:
     """The referenced container of a job's answer, or the message of a 422."""
     containers = answer["containers"]
     names = ", ".join(c["name"] for c in containers)
@@ -134,7 +134,7 @@ def _resolve(
             if phase == "unknown":
                 source["note"] = "the job has no clean runs yet: defaults"
             else:
-                picked = _container_of(answer, step.job.container, flat.path)
+                picked = _container_of(answer, step.job.container)
                 if isinstance(picked, str):
                     errors.append({"field": f"body{flat.path}/job/container", "message": picked})
                 else:
@@ -180,7 +180,7 @@ def _total(cpu: int, memory_mib: int) -> dict[str, Any]:
     }
 
 
-def _describe(items: list[Flat], i: int, requests: list[int]) -> str:
+def _describe(items: list[Flat], i: int) -> str:
     f = items[i]
     if f.kind == core.STEP:
         return f"step {f.label!r}"
@@ -211,7 +211,7 @@ def _decider(
             "explanation": f"only background steps: the stage container is the add-on alone ({addon} {what})",
         }
     f = items[best]
-    desc = _describe(items, best, requests)
+    desc = _describe(items, best)
     if conservative:
         text = (
             f"{fmt(container)} {what}: a flat add-on (conservative_addon_limits); the steps' largest need, "

@@ -70,7 +70,7 @@ async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> Non
         latest[0] = fraction
 
     async def heartbeat() -> None:
-        while not done.is_set():
+        while True:
             await asyncio.sleep(HEARTBEAT_SECONDS)
             with contextlib.suppress(Exception):
                 await _set(engine, analysis_id, progress=round(latest[0], 4))
@@ -78,25 +78,24 @@ async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> Non
     await _set(engine, analysis_id, status="running")
     beat = asyncio.create_task(heartbeat())
     try:
-        work = await prepare()
-        result = await asyncio.to_thread(work, progress)
+        try:
+            work = await prepare()
+            result = await asyncio.to_thread(work, progress)
+        finally:
+            # the thread stops at its next report, and no heartbeat lands after the final status
+            done.set()
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
     except asyncio.CancelledError:
-        done.set()
         with contextlib.suppress(Exception):
             await _set(engine, analysis_id, status="failed", error="interrupted: the service shut down")
         raise
     except Exception as exc:
-        done.set()
         log.exception("analysis %s failed", analysis_id)
         await _set(engine, analysis_id, status="failed", error=f"{type(exc).__name__}: {exc}")
     else:
-        done.set()
         await _set(engine, analysis_id, status="done", progress=1.0, result=json.dumps(result))
-    finally:
-        done.set()
-        beat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beat
 
 
 def start(tasks: set[asyncio.Task[None]], *, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> None:

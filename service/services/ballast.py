@@ -22,7 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import col
 
-from ..models import Job, Run, RunContainer
+from ..models import Job, Run
 from ..quantity import format_cpu, format_memory
 from . import sizing as sizing_service
 from .overrides import ScopeKey
@@ -88,14 +88,24 @@ class Start:
     job: ScopeKey
 
 
+async def org_runs(*, conn: AsyncConnection, org: str, since: datetime, until: datetime) -> list[Any]:
+    """The org's runs that finished in the window, oldest first: ``id``, ``started_at``,
+    ``finished_at`` and the job's ``org``, ``repo``, ``workflow``, ``job``."""
+    rows = await conn.execute(
+        select(
+            col(Run.id), col(Run.started_at), col(Run.finished_at),
+            col(Job.org), col(Job.repo), col(Job.workflow), col(Job.job),
+        )
+        .join(Job, col(Run.job_id) == col(Job.id))
+        .where(col(Job.org) == org, col(Run.finished_at) >= since, col(Run.finished_at) < until)
+        .order_by(col(Run.finished_at), col(Run.id))
+    )  # fmt: skip
+    return list(rows)
+
+
 async def load_starts(*, conn: AsyncConnection, org: str, since: datetime, until: datetime) -> list[Start]:
     """Build starts of the org's runs that finished in the window (``started_at``, else ``finished_at``)."""
-    rows = await conn.execute(
-        select(col(Job.org), col(Job.repo), col(Job.workflow), col(Job.job), col(Run.started_at), col(Run.finished_at))
-        .join(Run, col(Run.job_id) == col(Job.id))
-        .where(col(Job.org) == org, col(Run.finished_at) >= since, col(Run.finished_at) < until)
-        .order_by(col(Run.finished_at))
-    )
+    rows = await org_runs(conn=conn, org=org, since=since, until=until)
     return [Start(r.started_at or r.finished_at, ScopeKey(r.org, r.repo, r.workflow, r.job)) for r in rows]
 
 
@@ -130,21 +140,3 @@ async def advise(
         "zero_hours_utc": zero_hours(s.at for s in starts) if until - since >= timedelta(days=7) else [],
         "helm_values": helm_values(count, cpu, memory),
     }
-
-
-async def recorded_sizes(*, conn: AsyncConnection, run_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
-    """Per run, what it recorded: CPU peak and the reported memory limit (else the memory peak), summed."""
-    out: dict[int, tuple[int, int]] = {}
-    for chunk in range(0, len(run_ids), 500):
-        rows = await conn.execute(
-            select(
-                col(RunContainer.run_pk),
-                col(RunContainer.cpu_peak),
-                col(RunContainer.memory_peak_bytes),
-                col(RunContainer.memory_limit_bytes),
-            ).where(col(RunContainer.run_pk).in_(run_ids[chunk : chunk + 500]))
-        )
-        for r in rows:
-            cpu, mem = out.get(r.run_pk, (0, 0))
-            out[r.run_pk] = (cpu + int(-(-r.cpu_peak // 1)), mem + (r.memory_limit_bytes or r.memory_peak_bytes))
-    return out

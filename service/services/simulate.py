@@ -22,11 +22,21 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlmodel import col
+
 from .. import core
-from . import placement
+from ..console import table
+from ..models import RunContainer
+from ..plots import line_panels, step_series
+from ..quantity import format_cpu, format_memory
+from . import ballast, placement
+from . import sizing as sizing_service
+from .overrides import ScopeKey
 
 FINISH, READY, ARRIVE, IDLE = 0, 1, 2, 3  # the order of events at the same instant
 
@@ -545,8 +555,6 @@ def synthetic(
 
 def auto_ballast(builds: Sequence[Build], provision_delay: float) -> Ballast:
     """The ballast advice on a trace: the most common pod size, the most common burst (``ballast``)."""
-    from . import ballast
-
     size = ballast.most_common_size((b.cpu, b.memory) for b in builds) or (0, 0)
     count, _ = ballast.replicas(ballast.bursts((b.start for b in builds), provision_delay))
     return Ballast(count, size[0], size[1])
@@ -570,8 +578,6 @@ def run_all(
 ) -> dict[str, Any]:
     """Every scenario on the same trace: the reports side by side and each one's timeline
     (live nodes and CPU allocation, the maximum over each ``every`` seconds)."""
-    from ..plots import step_series
-
     reports = []
     timelines: dict[str, dict[str, list[list[float]]]] = {}
     end = max((b.start + b.duration for b in builds), default=0.0)
@@ -610,9 +616,6 @@ def run_all(
 
 def render(result: dict[str, Any]) -> str:
     """The comparison as a table: one column per scenario."""
-    from ..console import table
-    from ..quantity import format_cpu, format_memory
-
     scs = result["scenarios"]
     rows: list[list[object]] = []
 
@@ -649,8 +652,6 @@ def render(result: dict[str, Any]) -> str:
 
 def plot(result: dict[str, Any]) -> str:
     """Node count and CPU allocation over time, one line per scenario (SVG)."""
-    from ..plots import line_panels
-
     tl = result["timelines"]
     return line_panels(
         f"{result['trace']['builds']} builds: nodes and CPU allocation over time",
@@ -666,46 +667,23 @@ def plot(result: dict[str, Any]) -> str:
 
 async def load_trace(
     *,
-    conn: Any,
+    conn: AsyncConnection,
     org: str,
-    since: Any,
-    until: Any,
+    since: datetime,
+    until: datetime,
     sizes: str,
-    policy: Any,
+    policy: sizing_service.Policy,
     default_duration: float = 600.0,
 ) -> tuple[list[Build], dict[str, Any]]:
     """The org's runs that finished in the window, as builds: start (``started_at``, else the
     finish minus ``default_duration``), duration, and the pod size (``recommended`` or ``recorded``)."""
-    from sqlalchemy import select
-    from sqlmodel import col
-
-    from ..models import Job, Run
-    from . import ballast
-    from . import sizing as sizing_service
-    from .overrides import ScopeKey
-
-    rows = list(
-        await conn.execute(
-            select(
-                col(Run.id),
-                col(Run.started_at),
-                col(Run.finished_at),
-                col(Job.org),
-                col(Job.repo),
-                col(Job.workflow),
-                col(Job.job),
-            )
-            .join(Job, col(Run.job_id) == col(Job.id))
-            .where(col(Job.org) == org, col(Run.finished_at) >= since, col(Run.finished_at) < until)
-            .order_by(col(Run.finished_at), col(Run.id))
-        )
-    )
+    rows = await ballast.org_runs(conn=conn, org=org, since=since, until=until)
     if sizes == "recommended":
         keys = {r.id: ScopeKey(r.org, r.repo, r.workflow, r.job) for r in rows}
         answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(keys.values())), policy=policy)
         size = {rid: ballast.pod_request(answers[k]) for rid, k in keys.items()}
     else:
-        size = await ballast.recorded_sizes(conn=conn, run_ids=[r.id for r in rows])
+        size = await recorded_sizes(conn=conn, run_ids=[r.id for r in rows])
     starts = [r.started_at or r.finished_at - timedelta(seconds=default_duration) for r in rows]
     t0 = min(starts, default=since)
     builds = [
@@ -717,3 +695,21 @@ async def load_trace(
         "without_start": sum(r.started_at is None for r in rows),
         "t0": t0.isoformat() + "Z",
     }
+
+
+async def recorded_sizes(*, conn: AsyncConnection, run_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
+    """Per run, what it recorded: CPU peak and the reported memory limit (else the memory peak), summed."""
+    out: dict[int, tuple[int, int]] = {}
+    for chunk in range(0, len(run_ids), 500):
+        rows = await conn.execute(
+            select(
+                col(RunContainer.run_pk),
+                col(RunContainer.cpu_peak),
+                col(RunContainer.memory_peak_bytes),
+                col(RunContainer.memory_limit_bytes),
+            ).where(col(RunContainer.run_pk).in_(run_ids[chunk : chunk + 500]))
+        )
+        for r in rows:
+            cpu, mem = out.get(r.run_pk, (0, 0))
+            out[r.run_pk] = (cpu + int(-(-r.cpu_peak // 1)), mem + (r.memory_limit_bytes or r.memory_peak_bytes))
+    return out

@@ -8,12 +8,15 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from pydantic import ValidationError
 
 from . import __version__
+
+T = TypeVar("T")
 
 #: Settings fields that can be given as flags, and the flag that sets each.
 _FLAGS = {
@@ -406,6 +409,32 @@ def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any
         raise CliError(f"{what}:\n  " + "\n  ".join(lines)) from None
 
 
+def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awaitable[T]]) -> T:
+    """``read(conn, settings, policy)`` on a connection to the configured database, with the sizing
+    policy the settings configure (the reads of stage, simulate and backtest)."""
+    import asyncio
+
+    from .db import build_engine
+    from .services import ceilings
+    from .services import sizing as sizing_service
+
+    settings = settings_from(args)
+    try:
+        policy = sizing_service.Policy.of(settings, ceilings.load(settings.runner_ceilings_file))
+    except ceilings.CeilingsFileError as exc:
+        raise CliError(str(exc)) from None
+
+    async def run() -> T:
+        engine = build_engine(settings.database_url)
+        try:
+            async with engine.connect() as conn:
+                return await read(conn, settings, policy)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
 _STAGE_FLAGS = ("increase_default_resources", "conservative_addon_limits", "use_recommendations")
 
 
@@ -433,35 +462,20 @@ def _stage_body(args: argparse.Namespace) -> Any:
     return _validated(StageCompute, raw, f"{name}: invalid stage", pointer=True)
 
 
-async def _stage_answers(args: argparse.Namespace, keys: list[Any]) -> dict[Any, Any]:
-    from .db import build_engine
-    from .services import ceilings
-    from .services import sizing as sizing_service
-
-    settings = settings_from(args)
-    try:
-        policy = sizing_service.Policy.of(settings, ceilings.load(settings.runner_ceilings_file))
-    except ceilings.CeilingsFileError as exc:
-        raise CliError(str(exc)) from None
-    engine = build_engine(settings.database_url)
-    try:
-        async with engine.connect() as conn:
-            return await sizing_service.fetch_many(conn=conn, keys=keys, policy=policy)
-    finally:
-        await engine.dispose()
-
-
 def _stage(args: argparse.Namespace) -> int:
-    import asyncio
-
     from .errors import ServiceError
+    from .services import sizing as sizing_service
     from .services import stages
 
     body = _stage_body(args)
     try:
         items = stages.flatten(body.stage)
         keys = stages.wanted_jobs(body, items)
-        answers = asyncio.run(_stage_answers(args, keys)) if keys else {}
+        answers = (
+            _read_database(args, lambda conn, _, policy: sizing_service.fetch_many(conn=conn, keys=keys, policy=policy))
+            if keys
+            else {}
+        )
         answer = stages.compose(body, items, answers)
     except ServiceError as exc:
         lines = [f"{e['field'].removeprefix('body')}: {e['message']}" for e in exc.errors or []]
@@ -543,27 +557,7 @@ def _simulation_body(args: argparse.Namespace) -> Any:
     return _validated(SimulationCreate, raw, "invalid simulation")
 
 
-async def _history_trace(args: argparse.Namespace, body: Any) -> Any:
-    from .db import build_engine
-    from .services import ceilings, simulate
-    from .services import sizing as sizing_service
-
-    settings = settings_from(args)
-    policy = sizing_service.Policy.of(settings, ceilings.load(settings.runner_ceilings_file))
-    engine = build_engine(settings.database_url)
-    try:
-        async with engine.connect() as conn:
-            h = body.history
-            return await simulate.load_trace(
-                conn=conn, org=h.org, since=h.since, until=h.until, sizes=h.sizes, policy=policy
-            )
-    finally:
-        await engine.dispose()
-
-
 def _simulate(args: argparse.Namespace) -> int:
-    import asyncio
-
     from .api.simulations import ballast_of, pool_of
     from .services import simulate
 
@@ -574,7 +568,13 @@ def _simulate(args: argparse.Namespace) -> int:
         builds = simulate.synthetic_from(body.synthetic)
         source: dict[str, Any] = {"synthetic": body.synthetic.model_dump()}
     else:
-        builds, info = asyncio.run(_history_trace(args, body))
+        h = body.history
+        builds, info = _read_database(
+            args,
+            lambda conn, _, policy: simulate.load_trace(
+                conn=conn, org=h.org, since=h.since, until=h.until, sizes=h.sizes, policy=policy
+            ),
+        )
         source = {"history": info}
     if not builds:
         raise CliError("no builds to replay in that window", code=1)
@@ -614,31 +614,20 @@ def _backtest_body(args: argparse.Namespace) -> Any:
     return _validated(BacktestCreate, raw, "invalid backtest")
 
 
-async def _backtest_load(args: argparse.Namespace, body: Any) -> Any:
-    from .db import build_engine
-    from .services import backtest
-
-    settings = settings_from(args)
-    engine = build_engine(settings.database_url)
-    try:
-        async with engine.connect() as conn:
-            series = await backtest.load(
-                conn=conn, org=body.org, since=body.since, until=body.until, max_memory=settings.max_memory
-            )
-            return series, await backtest.load_pins(conn=conn, org=body.org)
-    finally:
-        await engine.dispose()
-
-
 def _backtest(args: argparse.Namespace) -> int:
-    import asyncio
-
     from .api.simulations import param_sets
     from .services import backtest
 
     body = _backtest_body(args)
     started = time.perf_counter()
-    series, overrides = asyncio.run(_backtest_load(args, body))
+
+    async def read(conn: Any, settings: Any, _: Any) -> tuple[Any, Any]:
+        series = await backtest.load(
+            conn=conn, org=body.org, since=body.since, until=body.until, max_memory=settings.max_memory
+        )
+        return series, await backtest.load_pins(conn=conn, org=body.org)
+
+    series, overrides = _read_database(args, read)
     if not series:
         raise CliError("no stored runs to backtest" + (f" for org {body.org!r}" if body.org else ""), code=1)
     loaded = time.perf_counter()

@@ -79,12 +79,6 @@ class PodTotals:
         )
 
 
-def _sum(
-    containers: Sequence[PlacementContainer], get: Callable[[PlacementContainer], int | None], default: int
-) -> int:
-    return sum(default if (v := get(c)) is None else v for c in containers)
-
-
 def pod_totals(pod: PlacementPod, *, placing: bool) -> PodTotals:
     """Kubernetes' pod arithmetic: requests are ``max(sum of containers, largest init container)
     + overhead``; a container without a request counts 100m/200Mi when scoring. The limit of the
@@ -92,12 +86,12 @@ def pod_totals(pod: PlacementPod, *, placing: bool) -> PodTotals:
     of their containers' limits, as the proposal in 003 computes them."""
     cs, inits, oh = pod.container_list(), pod.init_containers, pod.overhead
 
-    def rq(resource: str, nonzero: int | None) -> int:
-        def get(c: PlacementContainer) -> int | None:
-            return getattr(c.requests, resource)  # type: ignore[no-any-return]
+    def rq(resource: str, unset: int) -> int:
+        def one(c: PlacementContainer) -> int:
+            v: int | None = getattr(c.requests, resource)
+            return unset if v is None else v
 
-        default = 0 if nonzero is None else nonzero
-        value = max(_sum(cs, get, default), max((_sum([c], get, default) for c in inits), default=0))
+        value = max(sum(one(c) for c in cs), max((one(c) for c in inits), default=0))
         return value + (getattr(oh, resource) or 0)
 
     def lim(resource: str) -> tuple[int, int]:
@@ -111,7 +105,7 @@ def pod_totals(pod: PlacementPod, *, placing: bool) -> PodTotals:
     lim_cpu, miss_cpu = lim("cpu")
     lim_mem, miss_mem = lim("memory")
     return PodTotals(
-        rq("cpu", None), rq("memory", None), rq("cpu", NONZERO_CPU), rq("memory", NONZERO_MEMORY),
+        rq("cpu", 0), rq("memory", 0), rq("cpu", NONZERO_CPU), rq("memory", NONZERO_MEMORY),
         lim_cpu, lim_mem, miss_cpu, miss_mem,
     )  # fmt: skip
 

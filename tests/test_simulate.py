@@ -102,6 +102,16 @@ def test_max_nodes_and_unschedulable() -> None:
     assert r["nodes_launched"] == 1
 
 
+def test_max_nodes_counts_each_launch_once() -> None:
+    # two node-sized ballast pods wait at the start with max_nodes 2: both nodes launch at 0 (not the
+    # second only when the first is ready). A build at 90 evicts one and runs 100 s: the run ends at
+    # 190 and both nodes were billed from 0, 380 node-seconds
+    pool = Pool(shapes=(NODE,), max_nodes=2, provision_delay=60, scale_down_idle=300)
+    r = run([b(90, 100, cpu=4000)], pool, "spread", Ballast(2, 4000, 16 * GIB))
+    assert (r["nodes_launched"], r["waited"], r["preemptions"]) == (2, 0, 1)
+    assert r["node_hours"] == pytest.approx(380 / 3600, abs=1e-4)
+
+
 def test_same_input_same_output() -> None:
     builds = simulate.synthetic(days=1, builds_per_day=800, seed=3)
     assert builds == simulate.synthetic(days=1, builds_per_day=800, seed=3)

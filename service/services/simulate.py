@@ -300,7 +300,8 @@ class Simulation:
             slot = next((r for r in (*room, *fresh) if r[0] >= pod.cpu and r[1] >= pod.memory), None)
             if slot is None:
                 shape = next((s for s in self._by_size() if s.cpu >= pod.cpu and s.memory >= pod.memory), None)
-                if shape is None or len(self._live()) + len(fresh) >= self.pool.max_nodes:
+                # _launch adds the node to the live ones: counting `fresh` as well would count it twice
+                if shape is None or len(self._live()) >= self.pool.max_nodes:
                     continue
                 self._launch(shape)
                 slot = [shape.cpu, shape.memory]

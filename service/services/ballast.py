@@ -109,12 +109,6 @@ async def load_starts(*, conn: AsyncConnection, org: str, since: datetime, until
     return [Start(r.started_at or r.finished_at, ScopeKey(r.org, r.repo, r.workflow, r.job)) for r in rows]
 
 
-def pod_request(answer: dict[str, Any]) -> tuple[int, int]:
-    """A job's recommended build-pod size: its containers' requests summed."""
-    cs = answer["containers"]
-    return sum(c["cpu"]["request_millicores"] for c in cs), sum(c["memory"]["request_bytes"] for c in cs)
-
-
 async def advise(
     *,
     conn: AsyncConnection,
@@ -126,7 +120,7 @@ async def advise(
 ) -> dict[str, Any]:
     starts = await load_starts(conn=conn, org=org, since=since, until=until)
     answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(s.job for s in starts)), policy=policy)
-    size = most_common_size(pod_request(answers[s.job]) for s in starts)
+    size = most_common_size(sizing_service.pod_requests(answers[s.job]) for s in starts)
     groups = bursts(((s.at - since).total_seconds() for s in starts), provision_delay)
     count, covered = replicas(groups)
     cpu, memory = size if size is not None else (0, 0)

@@ -682,7 +682,7 @@ async def load_trace(
     if sizes == "recommended":
         keys = {r.id: ScopeKey(r.org, r.repo, r.workflow, r.job) for r in rows}
         answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(keys.values())), policy=policy)
-        size = {rid: ballast.pod_request(answers[k]) for rid, k in keys.items()}
+        size = {rid: sizing_service.pod_requests(answers[k]) for rid, k in keys.items()}
     else:
         size = await recorded_sizes(conn=conn, run_ids=[r.id for r in rows])
     starts = [r.started_at or r.finished_at - timedelta(seconds=default_duration) for r in rows]

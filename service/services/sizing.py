@@ -383,12 +383,19 @@ class Recommendation:
     def totals(self) -> JobTotals:
         """Requests and observed use summed over the containers (for the fleet gauges)."""
         cs = self.answer["containers"]
+        cpu_request, memory_request = pod_requests(self.answer)
         return JobTotals(
-            cpu_request_millicores=sum(c["cpu"]["request_millicores"] for c in cs),
+            cpu_request_millicores=cpu_request,
             cpu_observed_millicores=sum(c["observed"]["cpu_millicores"] or 0.0 for c in cs),
-            memory_request_bytes=sum(c["memory"]["request_bytes"] for c in cs),
+            memory_request_bytes=memory_request,
             memory_observed_bytes=sum(c["observed"]["memory_bytes"] or 0 for c in cs),
         )
+
+
+def pod_requests(answer: dict[str, Any]) -> tuple[int, int]:
+    """An answer's requests summed over its containers: the job's pod size (millicores, bytes)."""
+    cs = answer["containers"]
+    return sum(c["cpu"]["request_millicores"] for c in cs), sum(c["memory"]["request_bytes"] for c in cs)
 
 
 async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:

@@ -389,6 +389,7 @@ def _harness_only(items: list[Flat]) -> None:
             for name, text in f.item._raw.items():
                 if isinstance(text, str) and STAGE_EXPRESSION.fullmatch(text):
                     errors.append({"field": f"body{f.path}/{name}", "message": f"{text} needs generation harness"})
+    errors = list({e["field"]: e for e in errors}.values())
     if errors:
         raise InvalidInput(
             "looping strategies, non-CI steps and matrix expressions are Harness's: set options.generation to harness",

@@ -140,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="steps with a job reference take the sizer's recommended limits, read from --database-url",
     )
+    stage.add_argument(
+        "--generation",
+        choices=("doc", "harness"),
+        help="doc: the rules as documented (H1-H7); harness: as Harness CI's source does it (H8-H14)",
+    )
+    stage.add_argument(
+        "--disable-resource-optimization",
+        action="store_true",
+        help="CI_DISABLE_RESOURCE_OPTIMIZATION: every step's limit is its own (H12)",
+    )
+    stage.add_argument(
+        "--extra-addon-resource", action="store_true", help="CI_EXTRA_ADDON_RESOURCE: a 300m/400Mi setup-addon (H13)"
+    )
     stage.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
     stage.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
     sim = sub.add_parser(
@@ -435,7 +448,13 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
     return asyncio.run(run())
 
 
-_STAGE_FLAGS = ("increase_default_resources", "conservative_addon_limits", "use_recommendations")
+_STAGE_FLAGS = (
+    "increase_default_resources",
+    "conservative_addon_limits",
+    "use_recommendations",
+    "disable_resource_optimization",
+    "extra_addon_resource",
+)
 
 
 def _stage_body(args: argparse.Namespace) -> Any:
@@ -458,7 +477,10 @@ def _stage_body(args: argparse.Namespace) -> Any:
         raise CliError(f"{name}: expected a mapping with a 'stage' list, or a list of items")
     options = raw.get("options", {})
     if isinstance(options, dict):
-        raw = {**raw, "options": {**options, **{f: True for f in _STAGE_FLAGS if getattr(args, f)}}}
+        flags: dict[str, Any] = {f: True for f in _STAGE_FLAGS if getattr(args, f)}
+        if args.generation is not None:
+            flags["generation"] = args.generation
+        raw = {**raw, "options": {**options, **flags}}
     return _validated(StageCompute, raw, f"{name}: invalid stage", pointer=True)
 
 

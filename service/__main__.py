@@ -214,11 +214,20 @@ def settings_from(args: argparse.Namespace) -> Any:
 
 def _serve(args: argparse.Namespace) -> None:
     settings = settings_from(args)
-    import os
-
+    metrics_dir = None
     if settings.workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # before anything imports the metrics: prometheus-client opens its files at import
-        _prepare_multiprocess(settings)
+        metrics_dir = _prepare_multiprocess(settings)
+    try:
+        _serve_with(settings)
+    finally:
+        if metrics_dir is not None:
+            import shutil
+
+            shutil.rmtree(metrics_dir, ignore_errors=True)  # made by _prepare_multiprocess, nothing else
+
+
+def _serve_with(settings: Any) -> None:
     import uvicorn
 
     from .auth import TokensFileError, load_tokens
@@ -252,21 +261,28 @@ def _serve(args: argparse.Namespace) -> None:
     )
 
 
-def _prepare_multiprocess(settings: Any) -> None:
+def _prepare_multiprocess(settings: Any) -> str:
     """Workers are new processes: hand them the settings through CI_SIZER_* and give
-    prometheus-client an empty directory to share metrics through."""
-    import os
-    import shutil
+    prometheus-client an empty directory to share metrics through: one this process creates, inside
+    an operator-set ``PROMETHEUS_MULTIPROC_DIR`` (created if missing) or else in the temporary
+    directory. Nothing already there is read, emptied or deleted; the caller removes the new
+    directory, and only it, at exit. Returns it."""
     import tempfile
 
     for field in type(settings).model_fields:
         value = getattr(settings, field)
         if value is not None:
             os.environ[f"CI_SIZER_{field.upper()}"] = str(value)
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="ci-sizer-metrics-")
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
+    parent = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    try:
+        if parent is not None:
+            os.makedirs(parent, exist_ok=True)
+        directory = tempfile.mkdtemp(prefix="ci-sizer-metrics-", dir=parent)
+    except OSError as exc:
+        where = parent or tempfile.gettempdir()
+        raise CliError(f"cannot create the metrics directory in {where}: {exc.strerror}") from None
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    return directory
 
 
 def _migrate(database_url: str, revision: str, shown_url: str) -> None:

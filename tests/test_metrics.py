@@ -223,8 +223,15 @@ def _free_port() -> int:
 
 
 def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
+    """Two workers: counters summed across both; each worker's process_* and python_info kept,
+    labelled pid; an operator-set PROMETHEUS_MULTIPROC_DIR is never emptied or deleted: the service
+    works in a directory it creates there, and removes only that one at exit."""
+    operator_dir = tmp_path / "prom"
+    (operator_dir / "other-service").mkdir(parents=True)
+    (operator_dir / "other-service" / "counter_1.db").write_bytes(b"not ours")
+    (operator_dir / "notes.txt").write_text("keep me")
     port = _free_port()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(operator_dir)}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -256,11 +263,44 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
         with httpx.Client(base_url=base, timeout=5) as c:
             for _ in range(40):
                 assert c.get("/api/v1/sizing/a/b/c/d").status_code == 200
-            snapshot = samples(c.get("/metrics").text)
+            text = c.get("/metrics").text
+            pids_seen = set()
+            for _ in range(20):  # whichever worker answers, every worker's process is there
+                families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+                pids = {s.labels["pid"] for s in families["process_resident_memory_bytes"].samples}
+                pids_seen |= pids
+                assert len(pids) >= 3, pids  # two workers and their supervisor
+                assert {s.labels["pid"] for s in families["python_info"].samples} == pids
+                assert {s.labels["pid"] for s in families["process_cpu_seconds"].samples} == pids
+        assert len(pids_seen) == len(pids)  # the same processes at every scrape
+        snapshot = samples(text)
         served = value(snapshot, "ci_sizer_http_requests_total", route=SIZING_ROUTE, method="GET", status_class="2xx")
         assert served == 40  # summed across both workers' files
         assert value(snapshot, "ci_sizer_recommendations_total", phase="unknown", override_scope="global") == 40
-        assert len(list((tmp_path / "prom").iterdir())) >= 2  # both workers wrote their values
+        (ours,) = [p for p in operator_dir.iterdir() if p.name.startswith("ci-sizer-metrics-")]
+        assert len(list(ours.glob("counter_*.db"))) >= 2  # both workers wrote their values
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    assert proc.returncode == 0
+    # what was there before is untouched; the directory the service made is gone
+    assert sorted(p.name for p in operator_dir.iterdir()) == ["notes.txt", "other-service"]
+    assert (operator_dir / "notes.txt").read_text() == "keep me"
+    assert (operator_dir / "other-service" / "counter_1.db").read_bytes() == b"not ours"
+
+
+def test_multiprocess_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "serve", "--workers", "2", "--database-url", f"sqlite:///{tmp_path}/w.db"],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(blocker / "sub")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"ci-sizer: error: cannot create the metrics directory in {blocker / 'sub'}: Not a directory"
+    ]
+    assert blocker.read_text() == ""

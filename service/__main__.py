@@ -373,7 +373,10 @@ def _collect(args: argparse.Namespace) -> int:
     if args.flush is not None:
         if not args.url:
             raise CliError("--flush needs --url (or CI_SIZER_URL)")
-        remaining = collector.flush(args.flush, args.url, args.token, say=say)
+        try:
+            remaining = collector.flush(args.flush, args.url, args.token, say=say)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
         if remaining:
             say(f"ci-sizer: {remaining} run(s) still spooled in {args.flush}")
         return 1 if remaining else 0
@@ -407,10 +410,6 @@ def _collect(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any:
     """``model`` from ``raw``, or a CliError listing each bad field (as a JSON pointer with ``pointer``)."""
     from .errors import validation_errors
@@ -440,15 +439,40 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
     except ceilings.CeilingsFileError as exc:
         raise CliError(str(exc)) from None
 
+    from .db import DB_FAULTS
+    from .main import redacted
+
+    shown = redacted(settings.database_url)
+
     async def run() -> T:
         engine = build_engine(settings.database_url)
         try:
             async with engine.connect() as conn:
+                await _ensure_migrated(conn, shown)
                 return await read(conn, settings, policy)
+        except (*DB_FAULTS, OSError) as exc:  # one line, not the driver's traceback
+            raise CliError(
+                f"cannot read the database {shown}: {type(exc).__name__}: {_first_line(exc)}", code=1
+            ) from None
         finally:
             await engine.dispose()
 
     return asyncio.run(run())
+
+
+async def _ensure_migrated(conn: Any, shown_url: str) -> None:
+    """A CliError unless the database is at the newest migration this version knows."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from .migrations import alembic_config
+
+    current = await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+    heads = ScriptDirectory.from_config(alembic_config("")).get_heads()  # only the scripts are read
+    if current in heads:
+        return
+    state = "is not migrated" if current is None else f"is at migration {current}, not the newest ({', '.join(heads)})"
+    raise CliError(f"the database {shown_url} {state}: run `ci-sizer migrate --database-url ...` first", code=1)
 
 
 _STAGE_FLAGS = ("increase_default_resources", "conservative_addon_limits", "use_recommendations")
@@ -656,3 +680,7 @@ def _backtest(args: argparse.Namespace) -> int:
         took = time.perf_counter() - loaded
         print(f"\nread in {loaded - started:.1f} s, {len(pols)} policies scored in {took:.1f} s")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -443,6 +443,7 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
     from .main import redacted
 
     shown = redacted(settings.database_url)
+    faults: tuple[type[Exception], ...] = (*DB_FAULTS, OSError)
 
     async def run() -> T:
         engine = build_engine(settings.database_url)
@@ -450,7 +451,7 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
             async with engine.connect() as conn:
                 await _ensure_migrated(conn, shown)
                 return await read(conn, settings, policy)
-        except (*DB_FAULTS, OSError) as exc:  # one line, not the driver's traceback
+        except faults as exc:  # one line, not the driver's traceback
             raise CliError(
                 f"cannot read the database {shown}: {type(exc).__name__}: {_first_line(exc)}", code=1
             ) from None

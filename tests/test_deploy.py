@@ -397,21 +397,3 @@ def test_compose_comments_match_what_it_runs() -> None:
     assert ("No tokens file is mounted" in comments) == (not mounted_tokens)
     assert "alerting rules" in comments
     assert any("prometheus/rules" in v for v in services["prometheus"]["volumes"])
-
-
-def _compose_cli() -> list[str] | None:
-    if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    return None
-
-
-@pytest.mark.skipif(_compose_cli() is None, reason="no docker compose CLI installed (.ci/run runs it where there is)")
-def test_docker_compose_config() -> None:
-    cli = _compose_cli()
-    assert cli is not None
-    out = subprocess.run(
-        [*cli, "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"], capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr

@@ -105,6 +105,9 @@ def load_tokens(path: Path | None) -> TokenStore:
     if path is None:
         return TokenStore()
     parsed = read_config_file(path, TokensFile, "tokens", TokensFileError)
+    if not parsed.tokens:
+        # no entries would mean no authentication at all (every caller an anonymous admin)
+        raise TokensFileError(f"tokens file {path} has no tokens; add one (ci-sizer token create) or unset it")
     names = [t.name for t in parsed.tokens]
     if len(set(names)) != len(names):
         raise TokensFileError(f"tokens file {path} has duplicate token names")

@@ -61,6 +61,16 @@ class Settings(BaseSettings):
     fleet_flush_seconds: float = Field(default=10.0, gt=0)
     sizing_deadline_ms: int = Field(default=250, ge=1, le=60_000, description="fail-open deadline of GET sizing")
     ingest_timeout_seconds: float = Field(default=10.0, gt=0, description="503 when ingest takes longer")
+    finished_at_max_ahead_seconds: float = Field(
+        default=86_400,
+        ge=0,
+        description="a run's finished_at may be at most this far ahead of the server's clock (default a day)",
+    )
+    finished_at_max_age_days: float = Field(
+        default=3650,
+        gt=0,
+        description="a run's started_at and finished_at may be at most this far in the past (default ten years)",
+    )
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
     sizing_cache_entries: int = Field(

@@ -28,6 +28,7 @@ from ..models import (
     Timestamp,
     to_naive_utc,
     to_rfc3339,
+    utcnow,
 )
 from ..quantity import (
     QuantityError,
@@ -119,7 +120,9 @@ def to_public(o: Override) -> OverridePublic:
 
 
 def pins_of(body: OverridePut) -> Pins:
-    """Rule O1: quantities parse, are > 0, at least one is pinned, request <= limit in the body."""
+    """Rule O1: quantities parse, are > 0, at least one is pinned, request <= limit in the body;
+    and an expiry, when given, is in the future (an override that is expired when written would
+    be stored and listed, but never applied)."""
     errors: list[dict[str, str]] = []
     values: dict[str, int | None] = {}
     for name, parse, maximum in (
@@ -143,6 +146,8 @@ def pins_of(body: OverridePut) -> Pins:
             errors.append({"field": f"body/{name}", "message": "is larger than any node"})
         else:
             values[name] = parsed
+    if body.expires_at is not None and body.expires_at <= utcnow():
+        errors.append({"field": "body/expires_at", "message": "must be in the future"})
     if not errors:
         if all(v is None for v in values.values()):
             errors.append(

@@ -211,11 +211,15 @@ def encode_cursor(last_id: int) -> str:
     return base64.urlsafe_b64encode(f"o:{last_id}".encode()).decode().rstrip("=")
 
 
+#: ids are 64-bit signed integers on every database: a cursor past them is not one this API made
+MAX_ID = 2**63 - 1
+
+
 def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         prefix, _, value = raw.partition(":")
-        if prefix != "o":
+        if prefix != "o" or not value.isascii() or not value.isdigit() or int(value) > MAX_ID:
             raise ValueError
         return int(value)
     except (ValueError, UnicodeDecodeError):

@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
     memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
     max_memory: int | None = Field(default=None, description="node ceiling in bytes (rule S15)")
+    max_backoff_memory: int = Field(
+        default=64 << 30,
+        description="with no node ceiling known (rule S15), the OOM backoff raises a memory limit to at most "
+        "this (default 64Gi), or leaves it at its base when that is higher already",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     tokens_file: Path | None = None
     runner_ceilings_file: Path | None = None
@@ -85,7 +90,7 @@ class Settings(BaseSettings):
     def _database_url(cls, value: str) -> str:
         return normalize_database_url(value)
 
-    @field_validator("max_memory", mode="before")
+    @field_validator("max_memory", "max_backoff_memory", mode="before")
     @classmethod
     def _max_memory(cls, value: object) -> object:
         if value is None or value == "":

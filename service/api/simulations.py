@@ -212,7 +212,9 @@ async def create_backtest(
         pols = backtest_service.policies(param_sets(body), baselines=body.baselines)
 
         def work(progress: Any) -> dict[str, Any]:
-            return backtest_service.run(series, pols, overrides, progress=progress)
+            return backtest_service.run(
+                series, pols, overrides, progress=progress, max_backoff_memory=state.settings.max_backoff_memory
+            )
 
         return work
 

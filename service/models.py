@@ -343,7 +343,9 @@ class RunsBatchCreate(BaseModel):
 
     # items are not typed as objects here: an item that is not one is answered by its index, like
     # any other bad run, instead of rejecting the whole batch
-    runs: list[Annotated[Any, WithJsonSchema({"type": "object"})]] = Field(
+    runs: list[
+        Annotated[Any, WithJsonSchema({"description": "a run (RunCreate); anything else is rejected by its index"})]
+    ] = Field(
         min_length=1,
         max_length=500,
         description="up to 500 runs, each in the shape of RunCreate; each is validated on its own",

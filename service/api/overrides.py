@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..auth import AdminPrincipal, ReadPrincipal
+from ..auth import AdminPrincipal, AuthenticatedRoute, ReadPrincipal
 from ..db import SessionDep, WriteSessionDep
 from ..errors import (
     BadRequest,
@@ -42,7 +42,7 @@ from ..services import overrides as overrides_service
 from ..services.overrides import ListFilter, Pins, Scope, ScopeKey
 from .paths import job_key, org_key, repo_key, workflow_key
 
-router = APIRouter(prefix="/api/v1/sizing/overrides", tags=["overrides"])
+router = APIRouter(prefix="/api/v1/sizing/overrides", tags=["overrides"], route_class=AuthenticatedRoute)
 
 
 class OverridePut(BaseModel):

@@ -9,11 +9,15 @@ write lock. A conditional write must be atomic: of any number of writers carryin
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+from .live import LiveServer
 
 WRITERS = 16
 ROUNDS = 5
@@ -129,3 +133,34 @@ async def test_unconditional_put_racing_delete_never_500(make_client: Any) -> No
             assert 204 in deletes, codes  # the row existed when the race began
             listed = (await client.get("/api/v1/sizing/overrides")).json()["items"]
             assert len(listed) <= 1
+
+
+def test_live_server_with_two_workers(db_url: str, tmp_path: Path) -> None:
+    # the same guarantee over real HTTP connections to two worker processes: 16 threads, each its
+    # own connection, PUT and DELETE with the same If-Match at once, round after round
+    with (
+        LiveServer(db_url, "--workers", "2", "--log-level", "warning", log=tmp_path / "serve.log") as server,
+        httpx.Client(base_url=server.url, timeout=60) as c,
+        concurrent.futures.ThreadPoolExecutor(max_workers=WRITERS) as pool,
+    ):
+        for round_ in range(ROUNDS):
+            created = c.put(ORG, json={"memory_limit": "1Gi"})
+            assert created.status_code in (200, 201), created.text
+            headers = {"If-Match": created.headers["ETag"]}
+
+            def write(i: int, headers: dict[str, str] = headers) -> httpx.Response:
+                with httpx.Client(base_url=server.url, timeout=60) as own:
+                    if i % 4 == 0:
+                        return own.delete(ORG, headers=headers)
+                    return own.put(ORG, json={"memory_limit": f"{i + 2}Gi"}, headers=headers)
+
+            answers = list(pool.map(write, range(WRITERS)))
+            codes = _codes(answers)
+            won = [a for a in answers if a.status_code in (200, 204)]
+            assert len(won) == 1, (round_, codes)
+            assert codes.count(412) == WRITERS - 1, (round_, codes)
+            after = c.get(ORG)
+            if won[0].status_code == 204:
+                assert after.status_code == 404
+            else:
+                assert after.headers["ETag"] == won[0].headers["ETag"]

@@ -26,6 +26,7 @@ _FLAGS = {
     "cpu_sizing_mode": "--cpu-sizing-mode",
     "memory_qos": "--memory-qos",
     "max_memory": "--max-memory",
+    "max_backoff_memory": "--max-backoff-memory",
     "log_level": "--log-level",
     "tokens_file": "--tokens-file",
     "allow_anonymous": "--allow-anonymous",
@@ -62,6 +63,11 @@ def _add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
         "--max-memory",
         metavar="QUANTITY",
         help="node ceiling for memory limits, e.g. 16Gi (rule S15)",
+    )
+    p.add_argument(
+        "--max-backoff-memory",
+        metavar="QUANTITY",
+        help="without a node ceiling, the most the OOM backoff raises a memory limit to (default 64Gi)",
     )
     p.add_argument("--log-level", help="critical, error, warning, info (default) or debug")
     p.add_argument("--tokens-file", help="TOML/YAML file of bearer tokens (CI_SIZER_TOKENS_FILE)")
@@ -684,18 +690,20 @@ def _backtest(args: argparse.Namespace) -> int:
     body = _backtest_body(args)
     started = time.perf_counter()
 
-    async def read(conn: Any, settings: Any, _: Any) -> tuple[Any, Any]:
+    async def read(conn: Any, settings: Any, policy: Any) -> tuple[Any, Any, int]:
         series = await backtest.load(
             conn=conn, org=body.org, since=body.since, until=body.until, max_memory=settings.max_memory
         )
-        return series, await backtest.load_pins(conn=conn, org=body.org)
+        return series, await backtest.load_pins(conn=conn, org=body.org), policy.max_backoff_memory
 
-    series, overrides = _read_database(args, read)
+    series, overrides, max_backoff_memory = _read_database(args, read)
     if not series:
         raise CliError("no stored runs to backtest" + (f" for org {body.org!r}" if body.org else ""), code=1)
     loaded = time.perf_counter()
     pols = backtest.policies(param_sets(body), baselines=body.baselines)
-    result = backtest.run(series, pols, overrides, progress=Progress("backtesting"))
+    result = backtest.run(
+        series, pols, overrides, progress=Progress("backtesting"), max_backoff_memory=max_backoff_memory
+    )
     if args.json:
         print(json.dumps(result, indent=2))
     else:

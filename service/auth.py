@@ -19,7 +19,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from fastapi import Depends, Request
+from fastapi import Depends, Request, Response
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import Forbidden, Unauthorized
@@ -105,6 +108,9 @@ def load_tokens(path: Path | None) -> TokenStore:
     if path is None:
         return TokenStore()
     parsed = read_config_file(path, TokensFile, "tokens", TokensFileError)
+    if not parsed.tokens:
+        # no entries would mean no authentication at all (every caller an anonymous admin)
+        raise TokensFileError(f"tokens file {path} has no tokens; add one (ci-sizer token create) or unset it")
     names = [t.name for t in parsed.tokens]
     if len(set(names)) != len(names):
         raise TokensFileError(f"tokens file {path} has duplicate token names")
@@ -174,16 +180,62 @@ def principal_from(store: TokenStore, header: str) -> Principal:
     return principal
 
 
-def require(role: Role) -> Callable[[Request], Coroutine[Any, Any, Principal]]:
-    async def dependency(request: Request) -> Principal:
-        principal = _principal(request)
-        if role not in principal.roles:
-            raise Forbidden(f"token {principal.name!r} lacks the {role!r} role")
-        request.state.principal = principal
-        return principal
+#: Declares the bearer scheme in the OpenAPI document (``components.securitySchemes`` and each
+#: guarded operation's ``security``); it never answers by itself: ``AuthenticatedRoute`` does.
+BEARER = HTTPBearer(
+    scheme_name="bearer",
+    bearerFormat="cis_<secret>",
+    description="a token from the tokens file (ci-sizer token create); none when the service runs open",
+    auto_error=False,
+)
+BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+
+
+def _authorize(request: Request, role: Role) -> Principal:
+    principal = _principal(request)
+    if role not in principal.roles:
+        raise Forbidden(f"token {principal.name!r} lacks the {role!r} role")
+    request.state.principal = principal
+    return principal
+
+
+def require(role: Role) -> Callable[..., Coroutine[Any, Any, Principal]]:
+    async def dependency(request: Request, _: BearerCredentials) -> Principal:
+        principal = getattr(request.state, "principal", None)  # set by AuthenticatedRoute
+        if isinstance(principal, Principal) and role in principal.roles:
+            return principal
+        return _authorize(request, role)
 
     dependency.__name__ = f"require_{role}"
+    dependency.role = role  # type: ignore[attr-defined]
     return dependency
+
+
+def required_role(dependant: Dependant) -> Role | None:
+    """The role a route's dependencies require (through ``require``), if any."""
+    for dep in dependant.dependencies:
+        role: Role | None = getattr(dep.call, "role", None) or required_role(dep)
+        if role is not None:
+            return role
+    return None
+
+
+class AuthenticatedRoute(APIRoute):
+    """A route that authenticates (401) and checks the role (403) before FastAPI reads the body,
+    parses it or validates any parameter: a caller without a valid token learns only that, never
+    what is wrong with its input (422). The org check needs the parsed input and stays in the route."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        role = required_role(self.dependant)
+        if role is None:
+            return handler
+
+        async def route_handler(request: Request) -> Response:
+            _authorize(request, role)
+            return await handler(request)
+
+        return route_handler
 
 
 IngestPrincipal = Annotated[Principal, Depends(require("ingest"))]

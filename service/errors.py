@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from http import HTTPStatus
@@ -120,8 +121,12 @@ def problem_response(
         body["instance"] = instance
     if errors is not None:
         body["errors"] = errors
+    try:
+        content = orjson.dumps(body)
+    except TypeError:  # a lone surrogate: undecodable bytes in the path, a "\ud800" escape in a JSON key
+        content = json.dumps(body).encode()  # escapes it as \udcXX: still valid JSON
     return Response(
-        orjson.dumps(body),
+        content,
         status_code=status,
         media_type=PROBLEM_JSON,
         headers=dict(headers or {}),

@@ -72,9 +72,14 @@ def utcnow() -> datetime:
 
 
 def to_naive_utc(value: datetime) -> datetime:
+    """Naive UTC; a value whose UTC time falls outside years 1-9999 (``9999-12-31T23:59:59-01:00``)
+    raises ``ValueError``, which a validator reports as a 422 naming the field."""
     if value.tzinfo is None:
         return value
-    return value.astimezone(UTC).replace(tzinfo=None)
+    try:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC (years 1 to 9999)") from None
 
 
 def to_rfc3339(value: datetime | None) -> str | None:
@@ -190,9 +195,30 @@ class Analysis(SQLModel, table=True):
 # --------------------------------------------------------------------------- wire: runs
 
 
+#: The Unicode Bidi_Control characters (UAX #9): they reorder how a name is displayed, so a name
+#: could read as another one ("Trojan Source", CVE-2021-42574).
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a name (rule I3), or None: control characters, bidirectional
+    control characters, and lone surrogates (what invalid UTF-8 decodes to with
+    ``surrogateescape``, and what a JSON ``\\udc80`` escape gives) are refused."""
+    for ch in value:
+        if ch in BIDI_CONTROLS:
+            return "must not contain bidirectional control characters"
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            return "must not contain control characters"
+        if category == "Cs":
+            return "must be valid UTF-8 (no lone surrogates)"
+    return None
+
+
 def _no_control_chars(value: str) -> str:
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
-        raise ValueError("must not contain control characters")
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
     return value
 
 
@@ -318,7 +344,11 @@ class RunPublic(BaseModel):
 class RunsBatchCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    runs: list[dict[str, Any]] = Field(
+    # items are not typed as objects here: an item that is not one is answered by its index, like
+    # any other bad run, instead of rejecting the whole batch
+    runs: list[
+        Annotated[Any, WithJsonSchema({"description": "a run (RunCreate); anything else is rejected by its index"})]
+    ] = Field(
         min_length=1,
         max_length=500,
         description="up to 500 runs, each in the shape of RunCreate; each is validated on its own",

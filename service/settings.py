@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
     memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
     max_memory: int | None = Field(default=None, description="node ceiling in bytes (rule S15)")
+    max_backoff_memory: int = Field(
+        default=64 << 30,
+        description="with no node ceiling known (rule S15), the OOM backoff raises a memory limit to at most "
+        "this (default 64Gi), or leaves it at its base when that is higher already",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     tokens_file: Path | None = None
     runner_ceilings_file: Path | None = None
@@ -61,6 +66,16 @@ class Settings(BaseSettings):
     fleet_flush_seconds: float = Field(default=10.0, gt=0)
     sizing_deadline_ms: int = Field(default=250, ge=1, le=60_000, description="fail-open deadline of GET sizing")
     ingest_timeout_seconds: float = Field(default=10.0, gt=0, description="503 when ingest takes longer")
+    finished_at_max_ahead_seconds: float = Field(
+        default=86_400,
+        ge=0,
+        description="a run's finished_at may be at most this far ahead of the server's clock (default a day)",
+    )
+    finished_at_max_age_days: float = Field(
+        default=3650,
+        gt=0,
+        description="a run's started_at and finished_at may be at most this far in the past (default ten years)",
+    )
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
     sizing_cache_entries: int = Field(
@@ -75,7 +90,7 @@ class Settings(BaseSettings):
     def _database_url(cls, value: str) -> str:
         return normalize_database_url(value)
 
-    @field_validator("max_memory", mode="before")
+    @field_validator("max_memory", "max_backoff_memory", mode="before")
     @classmethod
     def _max_memory(cls, value: object) -> object:
         if value is None or value == "":

@@ -223,3 +223,73 @@ def test_bad_tokens_file_is_a_clear_error(tmp_path: Path, content: str, suffix: 
     path.write_text(content)
     with pytest.raises(TokensFileError, match=needle):
         load_tokens(path)
+
+
+# endpoint -> (method, path, body): each request is invalid in a path segment, a query parameter or
+# its body; the caller must still learn first that it is not authenticated (401), or lacks the role
+# (403), before anything about its input (422) is validated or read
+INVALID: dict[str, tuple[str, str, Any]] = {
+    "post run, bad body": ("POST", "/api/v1/runs", {"org": ""}),
+    "post run, malformed json": ("POST", "/api/v1/runs", b"{not json"),
+    "post batch, bad body": ("POST", "/api/v1/runs:batch", {"runs": []}),
+    "get sizing, bad segment": ("GET", "/api/v1/sizing/acme/web/ci%01/build", None),
+    "get sizing, bad query": ("GET", sizing_path() + "?runs=0", None),
+    "list overrides, bad query": ("GET", "/api/v1/sizing/overrides?limit=0", None),
+    "list overrides, bad cursor": ("GET", "/api/v1/sizing/overrides?cursor=garbage!", None),
+    "get override, bad segment": ("GET", "/api/v1/sizing/overrides/ac%E2%80%AEme", None),
+    "put override, bad segment": ("PUT", "/api/v1/sizing/overrides/ac%01me", {"cpu_limit": "1"}),
+    "put override, bad body": ("PUT", OVR, {"cpu_limit": "-1"}),
+    "delete override, bad segment": ("DELETE", "/api/v1/sizing/overrides/ac%FFme", None),
+    "compute stage, bad body": ("POST", "/api/v1/stages:compute", {"stage": []}),
+    "advise placement, bad body": ("POST", "/api/v1/placement:advise", {"nodes": []}),
+    "ballast, bad query": ("GET", "/api/v1/ballast", None),
+    "simulate, bad body": ("POST", "/api/v1/simulations", {"pool": {}}),
+    "backtest, bad body": ("POST", "/api/v1/backtests", {"runs": [0]}),
+}
+# the role each needs lacks from this caller
+WRONG_ROLE = {
+    name: "read" if method != "GET" and "override" in name else "ingest" for name, (method, _, _) in INVALID.items()
+}
+WRONG_ROLE.update({"post run, bad body": "read", "post run, malformed json": "read", "post batch, bad body": "read"})
+
+
+async def _send(
+    client: httpx.AsyncClient, method: str, path: str, body: Any, headers: dict[str, str]
+) -> httpx.Response:
+    if isinstance(body, bytes):
+        headers = {**headers, "content-type": "application/json"}
+        return await client.request(method, path, content=body, headers=headers)
+    return await client.request(method, path, json=body, headers=headers)
+
+
+@pytest.mark.parametrize("endpoint", list(INVALID))
+async def test_authentication_comes_before_validation(secured: httpx.AsyncClient, endpoint: str) -> None:
+    method, path, body = INVALID[endpoint]
+    for caller in ("none", "wrong"):
+        r = await _send(secured, method, path, body, headers_for(caller))
+        assert r.status_code == 401, (endpoint, caller, r.text)
+        assert r.headers["WWW-Authenticate"].startswith('Bearer realm="ci-sizer"')
+    r = await _send(secured, method, path, body, headers_for(WRONG_ROLE[endpoint]))
+    assert r.status_code == 403, (endpoint, r.text)
+    r = await _send(secured, method, path, body, headers_for("admin" if WRONG_ROLE[endpoint] == "read" else "read"))
+    if endpoint.startswith(("post run", "post batch")):
+        r = await _send(secured, method, path, body, headers_for("ingest"))
+    assert r.status_code == 422, (endpoint, r.text)  # with the right token: the input is judged
+
+
+def test_openapi_declares_the_bearer_scheme(tmp_path: Path) -> None:
+    from service.main import create_app
+
+    doc = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'x.db'}")).openapi()
+    schemes = doc["components"]["securitySchemes"]
+    assert len(schemes) == 1
+    (name, scheme), *_ = schemes.items()
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    guarded = {p: ops for p, ops in doc["paths"].items() if p.startswith("/api/v1/") and p != "/api/v1/info"}
+    assert guarded
+    for path, ops in guarded.items():
+        for method, op in ops.items():
+            assert op.get("security") == [{name: []}], (method, path)
+            assert "401" in op["responses"], (method, path)
+    for path in ("/healthz", "/readyz", "/api/v1/info"):
+        assert "security" not in doc["paths"][path]["get"], path

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from .helpers import GIB, JOB, MIB, container, post_runs, run, sizing
 
@@ -149,10 +150,17 @@ async def test_list_filters_pagination_and_link(client: httpx.AsyncClient) -> No
 async def test_expired_override_is_listed_but_not_applied(
     client: httpx.AsyncClient,
 ) -> None:
-    past = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    soon = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
     future = (datetime.now(UTC) + timedelta(days=1)).isoformat()
-    assert (await client.put(ORG, json={"memory_limit": "8Gi", "expires_at": past})).status_code == 201
+    assert (await client.put(ORG, json={"memory_limit": "8Gi", "expires_at": soon})).status_code == 201
     assert (await client.put(REPO, json={"cpu_limit": "3", "expires_at": future})).status_code == 201
+    # time passes: the org override's expiry is now behind us (a PUT may not set one in the past)
+    async with client.app.state.write_engine.begin() as conn:  # type: ignore[attr-defined]
+        await conn.execute(
+            text("UPDATE overrides SET expires_at = :t WHERE repo = ''"),
+            {"t": datetime.now(UTC).replace(tzinfo=None) - timedelta(minutes=1)},
+        )
+    client.app.state.answers.invalidate_all()  # type: ignore[attr-defined]
     listed = {o["scope"]: o for o in (await client.get("/api/v1/sizing/overrides")).json()["items"]}
     assert listed["org"]["expired"] is True
     assert listed["repo"]["expired"] is False

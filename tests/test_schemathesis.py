@@ -12,6 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from service.auth import hash_secret
 from service.main import create_app
 from service.settings import Settings
 
@@ -20,10 +21,36 @@ from .live import LiveServer
 schema = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
 
 
+SECRET = "cis_fuzz-secret"
+
+
+@schema.auth()
+class Bearer:
+    """The token for every call, through the document's bearer scheme (so schemathesis knows the
+    calls are authenticated, and still checks that calls without it are refused)."""
+
+    def get(self, case: schemathesis.Case, ctx: schemathesis.AuthContext) -> str:
+        return SECRET
+
+    def set(self, case: schemathesis.Case, data: str, ctx: schemathesis.AuthContext) -> None:
+        case.headers = {**(case.headers or {}), "Authorization": f"Bearer {data}"}
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    # with a tokens file, as deployed: the document's bearer scheme is then checked too (a request
+    # without the header, or with a wrong one, must be a 401 whatever else is wrong with it)
     directory: Path = tmp_path_factory.mktemp("fuzz")
-    with LiveServer(f"sqlite:///{directory}/fuzz.db", "--log-level", "warning", log=directory / "serve.log") as server:
+    tokens = directory / "tokens.toml"
+    tokens.write_text(f'[[tokens]]\nname = "fuzz"\nsha256 = "{hash_secret(SECRET)}"\nroles = ["ingest", "admin"]\n')
+    with LiveServer(
+        f"sqlite:///{directory}/fuzz.db",
+        "--log-level",
+        "warning",
+        "--tokens-file",
+        str(tokens),
+        log=directory / "serve.log",
+    ) as server:
         yield server
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..auth import AdminPrincipal, ReadPrincipal
+from ..auth import AdminPrincipal, AuthenticatedRoute, ReadPrincipal
 from ..db import SessionDep, WriteSessionDep
 from ..errors import (
     BadRequest,
@@ -28,6 +28,7 @@ from ..models import (
     Timestamp,
     to_naive_utc,
     to_rfc3339,
+    utcnow,
 )
 from ..quantity import (
     QuantityError,
@@ -41,7 +42,7 @@ from ..services import overrides as overrides_service
 from ..services.overrides import ListFilter, Pins, Scope, ScopeKey
 from .paths import job_key, org_key, repo_key, workflow_key
 
-router = APIRouter(prefix="/api/v1/sizing/overrides", tags=["overrides"])
+router = APIRouter(prefix="/api/v1/sizing/overrides", tags=["overrides"], route_class=AuthenticatedRoute)
 
 
 class OverridePut(BaseModel):
@@ -119,7 +120,9 @@ def to_public(o: Override) -> OverridePublic:
 
 
 def pins_of(body: OverridePut) -> Pins:
-    """Rule O1: quantities parse, are > 0, at least one is pinned, request <= limit in the body."""
+    """Rule O1: quantities parse, are > 0, at least one is pinned, request <= limit in the body;
+    and an expiry, when given, is in the future (an override that is expired when written would
+    be stored and listed, but never applied)."""
     errors: list[dict[str, str]] = []
     values: dict[str, int | None] = {}
     for name, parse, maximum in (
@@ -143,6 +146,8 @@ def pins_of(body: OverridePut) -> Pins:
             errors.append({"field": f"body/{name}", "message": "is larger than any node"})
         else:
             values[name] = parsed
+    if body.expires_at is not None and body.expires_at <= utcnow():
+        errors.append({"field": "body/expires_at", "message": "must be in the future"})
     if not errors:
         if all(v is None for v in values.values()):
             errors.append(

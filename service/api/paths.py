@@ -4,11 +4,14 @@ ASGI servers hand the app a percent-decoded ``path``, in which ``a%2Fb`` has alr
 segments. This pure-ASGI middleware rebuilds ``path`` from ``raw_path`` for the API so that each
 segment is decoded except for ``/`` and ``%``, which stay escaped (``%2F``, ``%25``); routes then
 match one segment per name and ``segment()`` finishes the decoding.
+
+Percent-escapes that are not UTF-8 (``%FF``) are decoded with ``surrogateescape``: the lone
+surrogates they become make ``segment()`` answer 422 naming the segment, where the server's own
+decoding would have stored U+FFFD in their place.
 """
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Annotated
 from urllib.parse import unquote
 
@@ -16,14 +19,14 @@ from fastapi import Depends, Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import InvalidInput
-from ..models import NAME_MAX
+from ..models import NAME_MAX, name_problem
 from ..services.overrides import ScopeKey
 
 API_PREFIX = "/api/"
 
 
 def _keep_slash(segment: str) -> str:
-    return unquote(segment, errors="strict").replace("%", "%25").replace("/", "%2F")
+    return unquote(segment, errors="surrogateescape").replace("%", "%25").replace("/", "%2F")
 
 
 class RawPathSegments:
@@ -35,23 +38,19 @@ class RawPathSegments:
             raw = scope.get("raw_path")
             path: str = scope["path"]
             if raw and path.startswith(API_PREFIX) and b"%" in raw:
-                try:
-                    raw_str = raw.decode("latin-1").split("?", 1)[0]
-                    rebuilt = "/".join(_keep_slash(s) for s in raw_str.split("/"))
-                except UnicodeDecodeError:
-                    rebuilt = path
-                scope = dict(scope, path=rebuilt)
+                raw_str = raw.decode("latin-1").split("?", 1)[0]
+                scope = dict(scope, path="/".join(_keep_slash(s) for s in raw_str.split("/")))
         await self.app(scope, receive, send)
 
 
 def segment(value: str, name: str) -> str:
     """Finish decoding one path segment (``%2F`` -> ``/``, ``%25`` -> ``%``) and check it (rule I3)."""
-    decoded = unquote(value)
+    decoded = unquote(value, errors="surrogateescape")
     problem = None
     if not decoded or len(decoded) > NAME_MAX:
         problem = f"must be 1 to {NAME_MAX} characters once decoded"
-    elif any(unicodedata.category(ch) == "Cc" for ch in decoded):
-        problem = "must not contain control characters"
+    else:
+        problem = name_problem(decoded)
     if problem is not None:
         raise InvalidInput(
             f"path segment {name!r} {problem}",

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..auth import ReadPrincipal
+from ..auth import AuthenticatedRoute, ReadPrincipal
 from ..errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
 from ..models import PlacementAdvise, PlacementPod, PlacementPublic
 from ..services import placement as placement_service
@@ -14,7 +14,7 @@ from ..services import sizing as sizing_service
 from ..services.overrides import ScopeKey
 from .sizing import policy_of, recommendations
 
-router = APIRouter(prefix="/api/v1", tags=["placement"])
+router = APIRouter(prefix="/api/v1", tags=["placement"], route_class=AuthenticatedRoute)
 
 
 @router.post(

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 
-from ..auth import ReadPrincipal
+from ..auth import AuthenticatedRoute, ReadPrincipal
 from ..errors import (
     BadRequest,
     Forbidden,
@@ -25,7 +25,7 @@ from ..services import backtest as backtest_service
 from ..services import ballast as ballast_service
 from .sizing import policy_of
 
-router = APIRouter(prefix="/api/v1", tags=["analyses"])
+router = APIRouter(prefix="/api/v1", tags=["analyses"], route_class=AuthenticatedRoute)
 #: analyses one process runs at once; more are refused with 429 rather than queued without bound
 MAX_RUNNING = 4
 
@@ -212,7 +212,9 @@ async def create_backtest(
         pols = backtest_service.policies(param_sets(body), baselines=body.baselines)
 
         def work(progress: Any) -> dict[str, Any]:
-            return backtest_service.run(series, pols, overrides, progress=progress)
+            return backtest_service.run(
+                series, pols, overrides, progress=progress, max_backoff_memory=state.settings.max_backoff_memory
+            )
 
         return work
 

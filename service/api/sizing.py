@@ -10,7 +10,7 @@ import orjson
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from ..auth import ReadPrincipal
+from ..auth import AuthenticatedRoute, ReadPrincipal
 from ..db import DB_FAULTS
 from ..errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from ..models import CpuPercentile, SizingPublic
@@ -22,7 +22,7 @@ from ..services.overrides import ScopeKey
 from .paths import JobKeyDep
 
 OutputFormat = Literal["json", "k8s", "gitlab", "dotenv", "argo", "tekton", "buildkite", "jenkins", "arc"]
-router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"])
+router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"], route_class=AuthenticatedRoute)
 log = logging.getLogger("ci_sizer.sizing")
 
 

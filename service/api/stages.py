@@ -6,13 +6,13 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from ..auth import ReadPrincipal
+from ..auth import AuthenticatedRoute, ReadPrincipal
 from ..errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
 from ..models import StageCompute, StagePublic
 from ..services import stages as stages_service
 from .sizing import recommendations
 
-router = APIRouter(prefix="/api/v1", tags=["stages"])
+router = APIRouter(prefix="/api/v1", tags=["stages"], route_class=AuthenticatedRoute)
 
 
 @router.post(

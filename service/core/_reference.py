@@ -16,6 +16,9 @@ MIB = 1 << 20
 GIB = 1 << 30
 #: Saturation point of the OOM backoff (rule S14): far above any real node, far below int64 overflow.
 MAX_BYTES = 1 << 62
+#: The OOM backoff doubles at most this many times (a factor of 1024), however long the streak:
+#: past that the node ceiling binds anyway, and 2**k for a long streak overflows (rule S14).
+MAX_BACKOFF_DOUBLINGS = 10
 
 PHASE_UNKNOWN = 0
 PHASE_LEARNING = 1
@@ -108,13 +111,20 @@ def size_container(
     streak_limit: int,
     ceiling: int,
     guaranteed: bool,
+    backoff_ceiling: int = -1,
 ) -> tuple[int, int, int, int, bool]:
     """The per-container arithmetic of rules S7-S16, before overrides.
 
     ``cpu_observed`` is the highest peak (learning) or the highest chosen stat (confident), in
     millicores; ``memory_observed`` the highest memory peak in bytes; ``pod_peak`` the highest pod
     memory in bytes or -1 (rule S11); ``consecutive`` the OOM streak (S13) and ``streak_limit`` the
-    limit reported by the streak's oldest run or -1 (S14); ``ceiling`` the node ceiling or -1 (S15).
+    limit reported by the streak's oldest run or -1 (S14); ``ceiling`` the node ceiling or -1 (S15);
+    ``backoff_ceiling`` the most the backoff may raise a limit to when there is no node ceiling
+    (-1: no such bound), never below the base it doubles.
+
+    The backoff doubles at most ``MAX_BACKOFF_DOUBLINGS`` times. ``capped`` says the memory limit
+    is below what S14 alone would give: the doublings were capped, the limit saturated, or a
+    ceiling clipped it.
 
     Returns ``(cpu_request_m, cpu_limit_m, memory_request_bytes, memory_limit_bytes, capped)``.
     """
@@ -137,15 +147,21 @@ def size_container(
         memory_request = -(-mem_hundredths // (100 * MIB)) * MIB  # S12: up to a whole MiB
         cpu_limit = cpu_limit_for(cpu_request)
         memory_limit = memory_limit_for(memory_request)
+    capped = False
     if consecutive > 0:  # S14
         base = max(memory_limit, streak_limit)
-        for _ in range(consecutive):
-            if base > MAX_BYTES // 2:
-                base = MAX_BYTES
-                break
-            base *= 2
+        doublings = min(consecutive, MAX_BACKOFF_DOUBLINGS)
+        capped = doublings < consecutive
         memory_limit = base
-    capped = False
+        for _ in range(doublings):
+            if memory_limit > MAX_BYTES // 2:
+                memory_limit = MAX_BYTES
+                capped = True
+                break
+            memory_limit *= 2
+        if ceiling < 0 and backoff_ceiling >= 0 and memory_limit > max(base, backoff_ceiling):
+            memory_limit = max(base, backoff_ceiling)
+            capped = True
     if 0 <= ceiling < memory_limit:  # S15
         memory_limit = ceiling
         capped = True
@@ -473,6 +489,7 @@ def backtest_walk(
     buffer_pct: int,
     guaranteed: bool,
     pins: Sequence[int],
+    backoff_ceiling: int = -1,
 ) -> tuple[int, int, int, int, float, float, float, float]:
     """Totals over the runs where the container is present, in ``BACKTEST_FIELDS`` order:
     runs scored; runs whose memory peak exceeded the limit, or reached it in an OOM-suspect run
@@ -484,7 +501,8 @@ def backtest_walk(
     ``cpu_stat`` is the stat the CI-sizer policy sizes a confident job from; ``pod_peak`` each
     run's pod memory (rule S11); ``ceiling`` the node ceiling in force before each run, or -1;
     ``pins`` the overrides' ``(cpu_request, cpu_limit, memory_request, memory_limit)`` then each
-    one's scope rank (1 org .. 4 job; 0 = not pinned), resolved as rule O3 does.
+    one's scope rank (1 org .. 4 job; 0 = not pinned), resolved as rule O3 does;
+    ``backoff_ceiling`` as ``size_container`` takes it.
     """
     n = len(clean)
     columns = (present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration)
@@ -499,7 +517,7 @@ def backtest_walk(
         if present[i]:
             cpu_req, cpu_lim, mem_req, mem_lim = _policy_values(
                 i, clean_idx, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak,
-                ceiling, policy, runs, buffer_pct, guaranteed, pins,
+                ceiling, policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling,
             )  # fmt: skip
             if mem_lim >= 0:
                 scored += 1
@@ -535,6 +553,7 @@ def _policy_values(
     buffer_pct: int,
     guaranteed: bool,
     pins: Sequence[int],
+    backoff_ceiling: int,
 ) -> tuple[int, int, int, int]:
     """``(cpu_request, cpu_limit, memory_request, memory_limit)`` for run ``i``; -1 = not set."""
     if policy == POLICY_RECORDED:
@@ -576,7 +595,7 @@ def _policy_values(
         if not used:  # the container was in none of the analysed runs: no recommendation for it
             return -1, -1, -1, -1
     cpu_req, cpu_lim, mem_req, mem_lim, _ = size_container(
-        phase, cpu_observed, mem_observed, pod, buffer_pct, k, streak_limit, ceiling[i], guaranteed
+        phase, cpu_observed, mem_observed, pod, buffer_pct, k, streak_limit, ceiling[i], guaranteed, backoff_ceiling
     )
     values = [cpu_req, cpu_lim, mem_req, mem_lim]
     ranks = [0, 0, 0, 0]  # rule O3: 0 the algorithm, 1-4 org, repo, workflow, job

@@ -16,6 +16,8 @@ from libc.string cimport memset
 cdef long long MIB = 1 << 20
 cdef long long GIB = 1 << 30
 cdef long long MAX_BYTES = (<long long>1) << 62
+cdef int _MAX_BACKOFF_DOUBLINGS = 10
+MAX_BACKOFF_DOUBLINGS = _MAX_BACKOFF_DOUBLINGS
 
 PHASE_UNKNOWN = 0
 PHASE_LEARNING = 1
@@ -297,14 +299,15 @@ cdef void _size(
     long long streak_limit,
     long long ceiling,
     bint guaranteed,
+    long long backoff_ceiling,
     long long* out,
 ) noexcept:
     """The per-container arithmetic of rules S7-S16 into ``out``: cpu request, cpu limit,
     memory request, memory limit, capped."""
-    cdef long long cpu_request, cpu_limit, memory_request, memory_limit, mem_h, pod_h, base
+    cdef long long cpu_request, cpu_limit, memory_request, memory_limit, mem_h, pod_h, base, top
     cdef double cpu_exact
     cdef bint capped = False
-    cdef int i
+    cdef int i, doublings
     if phase == 0:
         cpu_request = 500
         cpu_limit = 500
@@ -331,12 +334,20 @@ cdef void _size(
         memory_limit = memory_limit_for(memory_request)
     if consecutive > 0:
         base = memory_limit if memory_limit > streak_limit else streak_limit
-        for i in range(consecutive):
-            if base > MAX_BYTES // 2:
-                base = MAX_BYTES
-                break
-            base *= 2
+        doublings = consecutive if consecutive < _MAX_BACKOFF_DOUBLINGS else _MAX_BACKOFF_DOUBLINGS
+        capped = doublings < consecutive
         memory_limit = base
+        for i in range(doublings):
+            if memory_limit > MAX_BYTES // 2:
+                memory_limit = MAX_BYTES
+                capped = True
+                break
+            memory_limit *= 2
+        if ceiling < 0 and backoff_ceiling >= 0:
+            top = base if base > backoff_ceiling else backoff_ceiling
+            if memory_limit > top:
+                memory_limit = top
+                capped = True
     if ceiling >= 0 and memory_limit > ceiling:
         memory_limit = ceiling
         capped = True
@@ -361,10 +372,14 @@ def size_container(
     long long streak_limit,
     long long ceiling,
     bint guaranteed,
+    long long backoff_ceiling=-1,
 ):
     """The per-container arithmetic of rules S7-S16, before overrides (see ``_reference``)."""
     cdef long long out[5]
-    _size(phase, cpu_observed, memory_observed, pod_peak, buffer_pct, consecutive, streak_limit, ceiling, guaranteed, out)
+    _size(
+        phase, cpu_observed, memory_observed, pod_peak, buffer_pct, consecutive, streak_limit, ceiling, guaranteed,
+        backoff_ceiling, out,
+    )
     return out[0], out[1], out[2], out[3], bool(out[4])
 
 
@@ -748,7 +763,7 @@ cdef object _double_col(object column):
 
 def backtest_walk(
     clean, present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration,
-    int policy, int runs, int buffer_pct, bint guaranteed, pins,
+    int policy, int runs, int buffer_pct, bint guaranteed, pins, long long backoff_ceiling=-1,
 ):
     """One container's history walked in time order (see ``_reference.backtest_walk``)."""
     cdef const long long[::1] c_clean = _int64(clean)
@@ -875,7 +890,10 @@ def backtest_walk(
                     v[2] = -1
                     v[3] = -1
                 else:
-                    _size(phase, cpu_observed, mem_observed, pod, buffer_pct, <int>k, streak_limit, c_ceil[i], guaranteed, out)
+                    _size(
+                        phase, cpu_observed, mem_observed, pod, buffer_pct, <int>k, streak_limit, c_ceil[i], guaranteed,
+                        backoff_ceiling, out,
+                    )
                     for r in range(4):
                         v[r] = out[r]
                         rank[r] = 0

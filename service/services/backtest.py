@@ -278,8 +278,10 @@ def run(
     *,
     walk: Callable[..., Sequence[float]] | None = None,
     progress: Callable[[float], None] | None = None,
+    max_backoff_memory: int = 64 * core.GIB,
 ) -> dict[str, Any]:
-    """Every series under every policy; per job and fleet-wide totals, the frontier marked."""
+    """Every series under every policy; per job and fleet-wide totals, the frontier marked.
+    ``max_backoff_memory``: the live answer's bound on the OOM backoff without a node ceiling."""
     walk = walk or core.backtest_walk
     fleet = [_empty() for _ in pols]
     jobs: dict[ScopeKey, list[list[float]]] = {}
@@ -294,7 +296,7 @@ def run(
                 c["clean"], c["present"], stat, c["cpu_peak"], c["cpu_p95"], c["cpu_avg"], c["mem_peak"],
                 c["mem_limit"], c["oom"], c["pod_peak"], c["ceiling"], c["duration"],
                 p.code, p.params.runs, p.params.buffer, p.params.memory_qos == "guaranteed",
-                pins if p.kind == "ci-sizer" else (-1, -1, -1, -1, 0, 0, 0, 0),
+                pins if p.kind == "ci-sizer" else (-1, -1, -1, -1, 0, 0, 0, 0), max_backoff_memory,
             )  # fmt: skip
             for f, v in enumerate(totals):
                 fleet[k][f] += v

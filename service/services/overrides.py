@@ -86,8 +86,15 @@ def _where_key(key: ScopeKey) -> ColumnElement[bool]:
     )
 
 
-async def get(*, session: AsyncSession, key: ScopeKey) -> Override | None:
-    return (await session.execute(select(Override).where(_where_key(key)))).scalar_one_or_none()
+async def get(*, session: AsyncSession, key: ScopeKey, for_update: bool = False) -> Override | None:
+    """The override at ``key``. With ``for_update`` the row stays locked until the transaction
+    ends (PostgreSQL ``SELECT ... FOR UPDATE``) and is read as last committed, so a conditional
+    write checks and writes the same version. SQLite has no row locks: there the write session's
+    ``BEGIN IMMEDIATE`` already serialises writers for the whole read-check-write."""
+    stmt = select(Override).where(_where_key(key))
+    if for_update:
+        stmt = stmt.with_for_update().execution_options(populate_existing=True)
+    return (await session.execute(stmt)).scalar_one_or_none()
 
 
 def check_preconditions(current: Override | None, *, if_match: str | None, if_none_match: str | None) -> None:
@@ -114,9 +121,13 @@ async def put(
     if_match: str | None = None,
     if_none_match: str | None = None,
 ) -> tuple[Override, bool]:
-    """Create or replace the override at ``key``; returns it and whether it was created (O5)."""
+    """Create or replace the override at ``key``; returns it and whether it was created (O5).
+
+    The read-check-write is atomic: the row is locked before its ETag is checked, so of any
+    number of concurrent writers carrying the same ``If-Match`` exactly one succeeds and the
+    others get 412; a concurrent DELETE is seen as "no override" (412 with ``If-Match``)."""
     for attempt in range(3):
-        current = await get(session=session, key=key)
+        current = await get(session=session, key=key, for_update=True)
         check_preconditions(current, if_match=if_match, if_none_match=if_none_match)
         now = utcnow()
         if current is None:
@@ -163,7 +174,7 @@ def _pin_values(pins: Pins) -> dict[str, Any]:
 
 
 async def delete(*, session: AsyncSession, key: ScopeKey, if_match: str | None = None) -> None:
-    current = await get(session=session, key=key)
+    current = await get(session=session, key=key, for_update=True)
     if current is None:
         if if_match is not None:
             raise PreconditionFailed("If-Match given but there is no override at this scope")
@@ -200,11 +211,15 @@ def encode_cursor(last_id: int) -> str:
     return base64.urlsafe_b64encode(f"o:{last_id}".encode()).decode().rstrip("=")
 
 
+#: ids are 64-bit signed integers on every database: a cursor past them is not one this API made
+MAX_ID = 2**63 - 1
+
+
 def decode_cursor(cursor: str) -> int:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         prefix, _, value = raw.partition(":")
-        if prefix != "o":
+        if prefix != "o" or not value.isascii() or not value.isdigit() or int(value) > MAX_ID:
             raise ValueError
         return int(value)
     except (ValueError, UnicodeDecodeError):

@@ -6,6 +6,7 @@ import hashlib
 import time
 from array import array
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -62,6 +63,26 @@ def reduce_cpu(
     s = container.cpu_stats_millicores
     assert s is not None  # guaranteed by ContainerCreate's validator (rule I1)
     return s.peak, s.p99, s.p95, s.p75, s.p50, s.avg
+
+
+def time_errors(body: RunCreate, *, now: datetime, max_ahead: timedelta, max_age: timedelta) -> list[dict[str, str]]:
+    """The run's timestamps against a window around the server's clock (naive UTC ``now``):
+    ``finished_at`` at most ``max_ahead`` ahead (a run stamped in the future would stay the
+    job's newest, pinning its sizing and never pruned), ``started_at`` and ``finished_at`` at
+    most ``max_age`` in the past. Errors name the field relative to the run."""
+    errors: list[dict[str, str]] = []
+    if body.finished_at - now > max_ahead:
+        errors.append(
+            {
+                "field": "finished_at",
+                "message": f"is more than {max_ahead.total_seconds():g}s ahead of the server's clock",
+            }
+        )
+    for name in ("started_at", "finished_at"):
+        value: datetime | None = getattr(body, name)
+        if value is not None and now - value > max_age:
+            errors.append({"field": name, "message": f"is more than {max_age / timedelta(days=1):g} days in the past"})
+    return errors
 
 
 @dataclass(frozen=True)

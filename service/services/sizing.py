@@ -49,6 +49,8 @@ class Policy:
     cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
     memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
     max_memory: int | None = None
+    #: with no node ceiling, the most the OOM backoff raises a memory limit to (CI_SIZER_MAX_BACKOFF_MEMORY)
+    max_backoff_memory: int = 64 * core.GIB
     #: runner ceilings by org ("*": every org), from CI_SIZER_RUNNER_CEILINGS_FILE
     ceilings: Mapping[str, Ceiling] = field(default_factory=dict)
 
@@ -59,6 +61,7 @@ class Policy:
             cpu_sizing_mode=settings.cpu_sizing_mode,
             memory_qos=settings.memory_qos,
             max_memory=settings.max_memory,
+            max_backoff_memory=settings.max_backoff_memory,
             ceilings=ceilings,
         )
 
@@ -219,6 +222,11 @@ def oom_streak(window: list[HistoryRun], name: str) -> tuple[int, int | None]:
     return k, limit
 
 
+def backoff_factor(consecutive: int) -> int:
+    """Rule S14's 2**k, with k capped as the core caps it (a JSON integer for any streak)."""
+    return 1 << min(consecutive, core.MAX_BACKOFF_DOUBLINGS)
+
+
 def _ordered_names(runs: list[HistoryRun]) -> list[str]:
     names: dict[str, None] = {}
     for run in runs:
@@ -316,6 +324,7 @@ def compute(
             -1 if streak_limit is None else streak_limit,
             -1 if ceiling is None else ceiling,
             guaranteed,
+            policy.max_backoff_memory,
         )
         f_cpu_req, f_cpu_lim, f_mem_req, f_mem_lim = resolve(
             (cpu_req, cpu_lim, mem_req, mem_lim), pins, guaranteed=guaranteed
@@ -342,7 +351,7 @@ def compute(
                     "cpu_millicores": cpu_observed,
                     "memory_bytes": mem_observed,
                 },
-                "oom": {"consecutive": k, "backoff_factor": 2**k, "capped": capped},
+                "oom": {"consecutive": k, "backoff_factor": backoff_factor(k), "capped": capped},
             }
         )
     runner_ceiling = ceilings_service.for_org(policy.ceilings, key.org)

@@ -148,7 +148,8 @@ def histories(draw: st.DrawFn) -> tuple[Any, ...]:
     pin_values = [draw(st.one_of(st.just(-1), st.integers(1, 1 << 34))) for _ in range(4)]
     pin_ranks = [0 if v < 0 else draw(st.integers(1, 4)) for v in pin_values]
     return (*cols, draw(st.integers(0, 4)), draw(st.integers(1, 12)), draw(st.integers(0, 100)),
-            draw(st.booleans()), (*pin_values, *pin_ranks))  # fmt: skip
+            draw(st.booleans()), (*pin_values, *pin_ranks),
+            draw(st.one_of(st.just(-1), st.integers(1, 1 << 36))))  # fmt: skip
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")

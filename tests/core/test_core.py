@@ -32,8 +32,9 @@ def size(
     streak_limit: int = -1,
     ceiling: int = -1,
     guaranteed: bool = True,
+    backoff: int = -1,
 ) -> tuple[int, int, int, int, bool]:
-    return tuple(core.size_container(phase, cpu, mem, pod, buffer, k, streak_limit, ceiling, guaranteed))  # type: ignore[return-value]
+    return tuple(core.size_container(phase, cpu, mem, pod, buffer, k, streak_limit, ceiling, guaranteed, backoff))  # type: ignore[return-value]
 
 
 # --------------------------------------------------------------------------- I2: six stats
@@ -287,9 +288,37 @@ def test_burstable_request_never_above_limit(core: ModuleType) -> None:
     assert size(core, CONFIDENT, 100.0, 3 * GIB, guaranteed=False, ceiling=2 * GIB)[2:4] == (2 * GIB, 2 * GIB)
 
 
-def test_backoff_saturates(core: ModuleType) -> None:
-    # rule S14 with a very long streak: the limit saturates instead of overflowing
-    assert size(core, LEARNING, 100.0, 200 * MIB, k=200)[3] == REF.MAX_BYTES
+def test_backoff_doubles_at_most_ten_times(core: ModuleType) -> None:
+    # rule S14, capped: 2**k for a long streak overflowed the JSON encoder (64 runs: a 500)
+    assert core.MAX_BACKOFF_DOUBLINGS == REF.MAX_BACKOFF_DOUBLINGS == 10
+    # 1024Mi x 2^10 = 1Ti is what S14 says for a streak of 10: not capped
+    assert size(core, LEARNING, 100.0, 200 * MIB, k=10)[3:] == (1024 * GIB, False)
+    # a longer streak doubles no further, and the answer says the limit was capped
+    for k in (11, 64, 200, 100_000):
+        assert size(core, LEARNING, 100.0, 200 * MIB, k=k)[3:] == (1024 * GIB, True)
+
+
+def test_backoff_saturates_instead_of_overflowing(core: ModuleType) -> None:
+    # rule S14 from a base past 2^53: ten doublings would pass 2^63; the limit saturates, capped
+    assert size(core, LEARNING, 100.0, 200 * MIB, k=10, streak_limit=(1 << 53) + 1)[3:] == (REF.MAX_BYTES, True)
+
+
+def test_backoff_ceiling_without_a_node_ceiling(core: ModuleType) -> None:
+    # rules S14/S15: a 3 GiB job (3Gi x 1.1 -> 3380Mi -> 4Gi) after 10 OOM-suspect runs and no node
+    # ceiling known was told 4096Gi; the backoff ceiling (CI_SIZER_MAX_BACKOFF_MEMORY) clips it
+    assert size(core, CONFIDENT, 100.0, 3 * GIB, k=10)[3] == 4096 * GIB
+    assert size(core, CONFIDENT, 100.0, 3 * GIB, k=10, backoff=64 * GIB)[2:] == (64 * GIB, 64 * GIB, True)
+    # below it nothing changes
+    assert size(core, CONFIDENT, 100.0, 3 * GIB, k=3, backoff=64 * GIB)[3:] == (32 * GIB, False)
+    # a base already above it is kept (not lowered, not doubled)
+    assert size(core, CONFIDENT, 100.0, 3 * GIB, k=2, streak_limit=100 * GIB, backoff=64 * GIB)[3:] == (
+        100 * GIB,
+        True,
+    )
+    # a node ceiling, when one is known, is the bound instead (rule S15)
+    assert size(core, CONFIDENT, 100.0, 3 * GIB, k=10, ceiling=200 * GIB, backoff=64 * GIB)[3:] == (200 * GIB, True)
+    # no streak: the backoff ceiling bounds nothing
+    assert size(core, LEARNING, 100.0, 30 * GIB, backoff=64 * GIB)[3:] == (128 * GIB, False)
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
@@ -304,6 +333,7 @@ def test_backoff_saturates(core: ModuleType) -> None:
     streak_limit=st.one_of(st.just(-1), st.integers(1, 1 << 50)),
     ceiling=st.one_of(st.just(-1), st.integers(1, 1 << 52)),
     guaranteed=st.booleans(),
+    backoff=st.one_of(st.just(-1), st.integers(1, 1 << 52)),
 )
 def test_size_container_backends_agree(
     phase: int,
@@ -315,10 +345,11 @@ def test_size_container_backends_agree(
     streak_limit: int,
     ceiling: int,
     guaranteed: bool,
+    backoff: int,
 ) -> None:
     cy = compiled()
     assert cy is not None
-    args = (phase, cpu, mem, pod, buffer, k, streak_limit, ceiling, guaranteed)
+    args = (phase, cpu, mem, pod, buffer, k, streak_limit, ceiling, guaranteed, backoff)
     assert tuple(cy.size_container(*args)) == tuple(REF.size_container(*args))
 
 

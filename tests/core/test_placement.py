@@ -325,6 +325,7 @@ _values = st.integers(0, 1 << 36)
 @st.composite
 def clusters(draw: st.DrawFn) -> tuple[Any, ...]:
     n = draw(st.integers(1, 12))
+    e = draw(st.integers(0, 2))  # extended resources
     alloc_cpu = draw(st.lists(st.integers(0, 64_000), min_size=n, max_size=n))
     alloc_mem = draw(st.lists(st.integers(0, 1 << 38), min_size=n, max_size=n))
     p = draw(st.integers(0, 30))
@@ -335,17 +336,31 @@ def clusters(draw: st.DrawFn) -> tuple[Any, ...]:
         *(draw(st.integers(0, 20_000 if i % 2 == 0 else 1 << 34)) for i in range(6)),
         draw(st.integers(0, 3)),
         draw(st.integers(0, 3)),
+        *(draw(st.integers(0, 4)) for _ in range(e)),
     )
+    ext_alloc = draw(st.lists(st.integers(0, 16), min_size=n * e, max_size=n * e))
+    ext_req = draw(st.lists(st.integers(0, 4), min_size=p * e, max_size=p * e))
+
+    @st.composite
+    def shapes(draw: st.DrawFn) -> list[int]:
+        points = sorted(draw(st.sets(st.integers(0, 100), min_size=1, max_size=5)))
+        out: list[int] = []
+        for u in points:
+            out += [u, draw(st.integers(0, 10)) * 10]
+        return out
+
     scorer = st.tuples(
-        st.integers(0, 4),
+        st.integers(0, 7),
         st.integers(0, 100),
-        st.integers(0, 1 << 20),
-        st.integers(0, 1 << 20),
+        st.integers(-1, 1 << 20),
+        st.integers(-1, 1 << 20),
         st.integers(-1, 1 << 36),
         st.integers(-1, 1 << 36),
+        st.lists(st.integers(-1, 5), min_size=e, max_size=e),
+        shapes(),
     )
     scorers = draw(st.lists(scorer, min_size=1, max_size=3))
-    return alloc_cpu, alloc_mem, pod_node, *cols, pod, scorers
+    return alloc_cpu, alloc_mem, pod_node, *cols, pod, scorers, ext_alloc, ext_req
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")

@@ -11,6 +11,7 @@ stored, so it is not the shape of any table.
 
 from __future__ import annotations
 
+import itertools
 import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -633,14 +634,45 @@ PlacementMemory = Annotated[
 Count = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
 
 
+#: an extended resource (``example.com/gpu``): a domain-prefixed name, as Kubernetes' IsExtendedResourceName
+EXTENDED_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+ExtendedName = Annotated[str, Field(pattern=EXTENDED_NAME, max_length=253)]
+ExtendedCount = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
+PLACEMENT_MAX_EXTENDED = 8
+
+
+def _extended_keys(v: Any) -> Any:
+    """Kubernetes writes extended resources beside cpu and memory (``{"cpu": 1, "example.com/gpu": 2}``)."""
+    if isinstance(v, dict) and any(isinstance(k, str) and "/" in k for k in v):
+        out = {k: x for k, x in v.items() if not (isinstance(k, str) and "/" in k)}
+        out["extended"] = {**out.get("extended", {}), **{k: x for k, x in v.items() if isinstance(k, str) and "/" in k}}
+        return out
+    return v
+
+
 class Resources(_Strict):
     cpu: PlacementCpu | None = None
     memory: PlacementMemory | None = None
+    extended: dict[ExtendedName, ExtendedCount] = Field(
+        default_factory=dict,
+        max_length=PLACEMENT_MAX_EXTENDED,
+        description="extended resources by name (whole numbers); may also be written beside cpu and memory",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_extended(cls, v: Any) -> Any:
+        return _extended_keys(v)
 
 
 class PlacementContainer(_Strict):
     requests: Resources = Field(default_factory=Resources)
-    limits: Resources = Field(default_factory=Resources)
+    limits: Resources = Field(
+        default_factory=Resources, description="a limit without a request sets the request, per resource (PK7)"
+    )
+    restart_policy: Literal["Always"] | None = Field(
+        default=None, description="init containers only: Always makes it a sidecar, which runs beside the pod (PK7)"
+    )
 
 
 class PlacementPod(_Strict):
@@ -657,6 +689,8 @@ class PlacementPod(_Strict):
     def _one_shape(self) -> PlacementPod:
         if self.containers is not None and (self.requests is not None or self.limits is not None):
             raise ValueError("give either containers or the requests/limits shorthand, not both")
+        if any(c.restart_policy is not None for c in self.container_list()):
+            raise ValueError("restart_policy is for init containers (sidecars) only")
         return self
 
     def container_list(self) -> list[PlacementContainer]:
@@ -668,13 +702,20 @@ class PlacementPod(_Strict):
 class PlacementStep(PlacementPod):
     """The pod (or Concourse step) to place; ``job`` takes its containers from the sizer."""
 
-    step_type: Literal["task", "get", "put"] = Field(
-        default="task", description="get/put steps are never capped by limit-active-tasks (P4)"
+    step_type: Literal["task", "get", "put", "check", "resource-check"] = Field(
+        default="task",
+        description="get/put/check steps are never capped by limit-active-tasks (P4); check is a check step "
+        "inside a build, resource-check the periodic check of a resource (PC3, PC8)",
     )
     inputs: list[Name] = Field(default_factory=list, max_length=1000, description="input volumes (P2)")
     job: StageJobRef | None = Field(
         default=None,
         description="requests and limits from the sizer's recommendation for this job (all its containers)",
+    )
+    job_cpu_limit: Literal["as-applied", "enforce"] = Field(
+        default="as-applied",
+        description="a job pod's CPU limits: as the runner applies them (none in observe mode, so limit-aware "
+        "counts each container as a whole node), or the limits enforce mode would give (PK9)",
     )
 
     @model_validator(mode="after")
@@ -698,6 +739,9 @@ class PlacementNode(_Strict):
     build_containers: Count = 0
     volumes_held: list[Name] = Field(
         default_factory=list, max_length=100_000, description="volume names on the worker (P2)"
+    )
+    max_active_tasks: Count = Field(
+        default=0, description="head generation: the worker's own max active tasks, when > 0 (PC7)"
     )
 
 
@@ -731,6 +775,11 @@ def _strategy_list(v: Any) -> Any:
     return v
 
 
+NoInputStrategy = Literal[
+    "fewest-build-containers", "limit-active-tasks", "limit-active-containers", "limit-active-volumes", "random"
+]
+
+
 class PlacementChain(_Strict):
     strategies: Annotated[list[Strategy], BeforeValidator(_strategy_list)] = Field(
         min_length=1,
@@ -741,14 +790,50 @@ class PlacementChain(_Strict):
     max_active_tasks_per_worker: Count = 0
     max_active_containers_per_worker: Count = 0
     max_active_volumes_per_worker: Count = 0
+    generation: Literal["doc", "v7.0", "head"] = Field(
+        default="doc",
+        description="doc: the seed document's filter chain (P1-P6); v7.0: Concourse 7.0's filter chain (PC1-PC3); "
+        "head: Concourse's order-and-approve (PC4-PC8)",
+    )
+    no_input_strategies: Annotated[list[NoInputStrategy], BeforeValidator(_strategy_list)] | None = Field(
+        default=None,
+        max_length=10,
+        description="head: the chain for get steps and checks inside a build; default the main chain (PC8)",
+    )
+    check_strategies: Annotated[list[NoInputStrategy], BeforeValidator(_strategy_list)] = Field(
+        default=["random"], min_length=1, max_length=10, description="head: the chain for resource checks (PC8)"
+    )
 
 
-ScorerName = Literal["least-allocated", "most-allocated", "limit-aware", "smallest-node", "largest-node"]
+ScorerName = Literal[
+    "least-allocated",
+    "most-allocated",
+    "limit-aware",
+    "smallest-node",
+    "largest-node",
+    "requested-to-capacity-ratio",
+    "balanced-allocation",
+]
+Weight = Annotated[int, Field(strict=True, ge=0, le=1 << 30)]
 
 
 class ResourceWeights(_Strict):
-    cpu: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
-    memory: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
+    """The resources a scorer weighs; a resource left out is not scored. Kubernetes' scorers
+    (least/most-allocated, requested-to-capacity-ratio, balanced-allocation) read a weight of 0 as 1 (PK5)."""
+
+    cpu: Weight | None = None
+    memory: Weight | None = None
+    extended: dict[ExtendedName, Weight] = Field(default_factory=dict, max_length=PLACEMENT_MAX_EXTENDED)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_extended(cls, v: Any) -> Any:
+        return _extended_keys(v)
+
+
+class ShapePoint(_Strict):
+    utilization: Annotated[int, Field(strict=True, ge=0, le=100)]
+    score: Annotated[int, Field(strict=True, ge=0, le=10)]
 
 
 class ScorerSpec(_Strict):
@@ -761,6 +846,27 @@ class ScorerSpec(_Strict):
     missing_limit: Resources | None = Field(
         default=None, description="limit-aware: what a container without a limit counts; default the node's allocatable"
     )
+    shape: list[ShapePoint] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=20,
+        description="requested-to-capacity-ratio: utilization 0..100 to score 0..10, utilizations increasing (PK1)",
+    )
+    kubernetes: Literal["1.35", "1.36"] = Field(
+        default="1.36",
+        description="balanced-allocation: 1.35 scores the balance with the pod (PK3); 1.36 the change in "
+        "balance the pod makes (PK4, kubernetes PR 135573)",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> ScorerSpec:
+        if (self.name == "requested-to-capacity-ratio") != (self.shape is not None):
+            raise ValueError("shape is given for requested-to-capacity-ratio, and only for it")
+        if self.shape is not None:
+            us = [p.utilization for p in self.shape]
+            if any(b <= a for a, b in itertools.pairwise(us)):
+                raise ValueError("shape utilizations must be strictly increasing")
+        return self
 
 
 class PlacementProfile(_Strict):
@@ -835,7 +941,9 @@ class PlacementPodPublic(BaseModel):
 
 
 class PlacementPublic(BaseModel):
-    decision: Literal["place", "wait"]
+    decision: Literal["place", "wait", "fail"] = Field(
+        description="fail: Concourse v7.0 errors the step when a strategy leaves no worker (PC1)"
+    )
     pick: str | None
     reason: str | None = Field(description="why the step waits, or how the pick was made")
     seed: int

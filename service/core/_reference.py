@@ -444,10 +444,7 @@ def score_nodes(
                 requested = [used_nz[0][j] + pod[2], used_nz[1][j] + pod[3]]
                 requested += [used_ext[j * e + x] + pod_ext[x] for x in range(e)]
                 caps = [alloc[0][j], alloc[1][j], *(ext_alloc[j * e + x] for x in range(e))]
-                caps = [
-                    0 if all_weights[r] <= 0 or (r >= 2 and pod_ext[r - 2] == 0) else caps[r]
-                    for r in range(2 + e)
-                ]
+                caps = [0 if all_weights[r] <= 0 or (r >= 2 and pod_ext[r - 2] == 0) else caps[r] for r in range(2 + e)]
                 score[j] = _resource_score(kind, requested, requested, caps, all_weights, shape)
                 raw[j] = float(score[j])
         elif kind in (BALANCED_ALLOCATION, BALANCED_ALLOCATION_CHANGE):

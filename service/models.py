@@ -986,6 +986,11 @@ class PoolSpec(_Strict):
     max_nodes: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1000
     provision_delay_seconds: Seconds = 120.0
     scale_down_idle_seconds: Seconds = 600.0
+    expendable_pods_priority_cutoff: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = Field(
+        default=-10,
+        description="cluster-autoscaler's flag: pods with a priority below it neither trigger a scale-up nor "
+        "block a scale-down (SA3); -10 is its default",
+    )
 
 
 class SyntheticSpec(_Strict):
@@ -1031,6 +1036,9 @@ class BallastSpec(_Strict):
     replicas: Annotated[int, Field(strict=True, ge=0, le=1000)]
     cpu: PlacementCpu | None = Field(default=None, description="default: the most common build-pod size of the trace")
     memory: PlacementMemory | None = None
+    priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = Field(
+        default=-1_000_000, description="the ballast pods' priority; cf-runtime hard-codes -1000000 (SA3)"
+    )
 
 
 class SimulationCreate(_Strict):
@@ -1041,7 +1049,11 @@ class SimulationCreate(_Strict):
     ballast: Literal["auto"] | BallastSpec | None = Field(
         default="auto",
         description="each profile is also run with ballast: auto sizes it from the trace (most common pod, "
-        "most common burst within the provision delay); null runs without ballast only",
+        "the replicas that cover ballast_coverage of the bursts within the provision delay); null runs "
+        "without ballast only",
+    )
+    ballast_coverage: Annotated[float, Field(strict=False, gt=0, le=1, allow_inf_nan=False)] = Field(
+        default=0.9, description="auto ballast: the share of bursts it should absorb (SA2)"
     )
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31)] = 0
 
@@ -1070,11 +1082,17 @@ class BallastPublic(BaseModel):
     window: dict[str, Any]
     provision_delay_seconds: float
     pod: StageTotalPublic = Field(description="the most common recommended build-pod size")
-    replicas: int = Field(description="the most common burst of build starts within the provision delay")
+    replicas: int = Field(description="the smallest count whose share of bursts no bigger reaches coverage (SA2)")
+    coverage: float
     bursts: dict[str, Any] = Field(description="how many bursts, the largest, the share no bigger than replicas")
-    zero_hours_utc: list[str] = Field(
-        description="hours of the week with no build start (needs a window of 7 days or more)"
+    choices: list[dict[str, Any]] = Field(
+        description="every burst size as a replica count: its covered share and node-hours per week"
     )
+    zero_hours_utc: list[str] = Field(
+        description="hours of the week with no build start, among the hour-of-week slots the data covers (SA4)"
+    )
+    hours_covered: int = Field(description="how many of the 168 hour-of-week slots the data covers")
+    autoscaler: str = Field(description="what cluster-autoscaler needs for an evicted ballast pod to bring a node")
     helm_values: str = Field(description="the cf-runtime chart's ballast.dind values")
 
 

@@ -149,7 +149,7 @@ def test_sa1_limit_aware_sees_the_sizers_limits() -> None:
     assert Build(0, 1, 1200, 1000 * MIB).limits() == (1500, GIB)
     builds = [Build(0, 1000, 500, GIB, cpu_limit=3500), Build(10, 100, 1000, GIB), Build(20, 100, 1000, GIB)]
     for profile in ("spread", "limit-aware"):
-        report, timeline = simulate.simulate(builds, pool, Scenario(profile, profile), seed=1)
+        report, _ = simulate.simulate(builds, pool, Scenario(profile, profile), seed=1)
         assert report["builds"] == 3
     sim = simulate.Simulation(builds, pool, Scenario("limit-aware", "limit-aware"), seed=1)
     sim.run()

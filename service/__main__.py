@@ -187,6 +187,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--max-nodes", type=int, default=1000)
     sim.add_argument("--provision-delay", type=float, default=120, help="seconds to bring a node (default 120)")
     sim.add_argument("--scale-down-idle", type=float, default=600, help="seconds an empty node lives (default 600)")
+    sim.add_argument(
+        "--expendable-cutoff",
+        type=int,
+        default=-10,
+        help="cluster-autoscaler's --expendable-pods-priority-cutoff (default -10; the ballast runs at -1000000)",
+    )
+    sim.add_argument("--ballast-coverage", type=float, default=0.9, help="auto ballast: share of bursts (default 0.9)")
     sim.add_argument("--profiles", default="spread,ci-bin-pack", help="comma-separated (default spread,ci-bin-pack)")
     sim.add_argument(
         "--ballast", default="auto", help="auto (sized from the trace), none, or N[:CPU,MEMORY] (default auto)"
@@ -609,9 +616,11 @@ def _simulation_body(args: argparse.Namespace) -> Any:
             "max_nodes": args.max_nodes,
             "provision_delay_seconds": args.provision_delay,
             "scale_down_idle_seconds": args.scale_down_idle,
+            "expendable_pods_priority_cutoff": args.expendable_cutoff,
         },
         "profiles": [p.strip() for p in args.profiles.split(",")],
         "ballast": ballast,
+        "ballast_coverage": args.ballast_coverage,
         "seed": args.seed,
     }
     if args.org:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from ._reference import (
     BACKGROUND,
     BACKTEST_FIELDS,
+    BALANCED_ALLOCATION,
+    BALANCED_ALLOCATION_CHANGE,
     DEFAULT_CPU_MILLICORES,
     DEFAULT_MEMORY_BYTES,
     GIB,
@@ -34,6 +36,7 @@ from ._reference import (
     POLICY_KRR,
     POLICY_RECORDED,
     POLICY_VPA,
+    REQUESTED_TO_CAPACITY_RATIO,
     SMALLEST_NODE,
     STEP,
 )
@@ -90,6 +93,8 @@ __all__ = [
     "BACKEND",
     "BACKGROUND",
     "BACKTEST_FIELDS",
+    "BALANCED_ALLOCATION",
+    "BALANCED_ALLOCATION_CHANGE",
     "DEFAULT_CPU_MILLICORES",
     "DEFAULT_MEMORY_BYTES",
     "GIB",
@@ -112,6 +117,7 @@ __all__ = [
     "POLICY_KRR",
     "POLICY_RECORDED",
     "POLICY_VPA",
+    "REQUESTED_TO_CAPACITY_RATIO",
     "SMALLEST_NODE",
     "STEP",
     "backtest_walk",

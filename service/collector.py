@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import itertools
 import json
 import os
 import re
@@ -192,6 +193,8 @@ class ProcTree:
                 cpu += sum(int(x) for x in fields[11:15]) / CLK_TCK
                 memory += _pss(pid)
             except (OSError, IndexError, ValueError):
+                if pid == self.pid:  # reaped: its time is in the kernel's final account, not zero
+                    raise ProcessLookupError(f"process {pid} has been reaped") from None
                 continue  # exited between listing and reading
         return Reading(cpu, memory)
 
@@ -389,7 +392,7 @@ class Sampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._first: Reading | None = None
-        self._last: tuple[float, Reading] | None = None
+        self._cpu: list[tuple[float, float]] = []  #: (monotonic time, cumulative CPU seconds)
 
     def start(self) -> Sampler:
         self._take()
@@ -403,16 +406,11 @@ class Sampler:
             except (OSError, KeyError, ValueError) as exc:
                 self.result.error = f"{type(exc).__name__}: {exc}"
                 return  # the source went away (the process exited): keep what we have
-        now = time.monotonic()
         r = self.result
         r.readings += 1
         if self._first is None:
             self._first = reading
-        if self._last is not None:
-            t0, prev = self._last
-            if now > t0:
-                r.cpu_samples_millicores.append(max(0.0, (reading.cpu_seconds - prev.cpu_seconds) / (now - t0) * 1000))
-        self._last = (now, reading)
+        self._cpu.append((time.monotonic(), reading.cpu_seconds))
         r.memory_peak_bytes = max(r.memory_peak_bytes, reading.working_set_bytes)  # sampled, or maxrss at exit
         if reading.limit_bytes is not None:
             r.memory_limit_bytes = reading.limit_bytes
@@ -431,7 +429,31 @@ class Sampler:
         self._thread.join()
         self._take(final)
         self.result.finished_at = datetime.now(UTC)
+        self.result.cpu_samples_millicores = cpu_samples(self._cpu, self.interval)
         return self.result
+
+
+def cpu_samples(readings: list[tuple[float, float]], interval: float) -> list[float]:
+    """Millicores over each interval between readings of cumulative CPU time.
+
+    CPU time only grows, and the last reading is the most exact (the kernel's account at exit), so a
+    reading above a later one (a process tree read while a child was being reaped counts the child
+    twice) is lowered to it. An interval shorter than half the sampling interval (the last one,
+    closed when the command ends) joins the one before it: a few ticks over a few milliseconds is
+    not a rate."""
+    points: list[tuple[float, float]] = []
+    floor = float("inf")
+    for t, cpu in reversed(readings):
+        floor = min(floor, cpu)
+        points.append((t, floor))
+    points.reverse()
+    kept = points[:1]
+    for t, cpu in points[1:]:
+        if t - kept[-1][0] < interval / 2 and len(kept) > 1:
+            kept[-1] = (t, cpu)  # the short interval joins the previous one
+        elif t > kept[-1][0]:
+            kept.append((t, cpu))
+    return [(c1 - c0) / (t1 - t0) * 1000 for (t0, c0), (t1, c1) in itertools.pairwise(kept)]
 
 
 # --------------------------------------------------------------------------- identity

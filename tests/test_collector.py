@@ -205,11 +205,10 @@ def test_cgroup_v2_files(tmp_path: Path) -> None:
 
 
 def _own_v1_dirs() -> tuple[Path, Path] | None:
+    """This process's cgroup v1 memory and cpuacct directories, when a child cgroup can be made in each."""
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-        v1 = {c: p for _, cs, p in (line.split(":", 2) for line in lines) for c in cs.split(",") if c}
-        memory = Path("/sys/fs/cgroup/memory") / v1["memory"].lstrip("/")
-        cpu = collector._cpuacct(v1.get("cpuacct", "/"))
+        own = collector.own_cgroups()
+        memory, cpu = own["memory"], own["cpuacct"]
         for d in (memory, cpu):
             probe = d / f"ci-sizer-probe-{os.getpid()}"
             probe.mkdir()

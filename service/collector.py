@@ -558,7 +558,11 @@ def _post_once(url: str, data: bytes, headers: dict[str, str], timeout: float) -
             return exc.code, exc.read(300).decode("utf-8", "replace")
     except urllib.error.URLError as exc:
         reason = exc.reason
+        if isinstance(reason, TimeoutError):
+            return None, f"no answer in {timeout:.1f}s"
         return None, reason if isinstance(reason, str) else type(reason).__name__
+    except TimeoutError:
+        return None, f"no answer in {timeout:.1f}s"
     except (OSError, http.client.HTTPException, ValueError) as exc:
         return None, type(exc).__name__
 

@@ -1,13 +1,18 @@
 """``ci-sizer collect`` on real processes: the posted numbers against what the processes report
-of themselves, the exit code, spooling when the sizer is unreachable, and flushing later."""
+of themselves, the exit code, spooling when the sizer is unreachable or hangs, flushing later, the
+collector's own share kept out, and cgroups that give no readings (nothing posted, never zeros)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -272,3 +277,212 @@ def test_watching_a_cgroup_ends_when_it_empties(tmp_path: Path) -> None:
     assert c["memory_peak_bytes"] == 400 * MIB
     assert c["memory_limit_bytes"] == 1024 * MIB
     assert c["oom_kill_events"] == 0
+
+
+# --------------------------------------------------------------------------- the plain install's imports
+
+
+def _top_modules(code: str) -> set[str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_collect_imports_only_the_standard_library(tmp_path: Path) -> None:
+    # `pip install .` has no test extras (httpx) and a build image may trim the rest: the collect
+    # command, CLI entry point included, imports the standard library and the package only
+    baseline = _top_modules("")
+    spool = str(tmp_path / "spool")
+    loaded = _top_modules(
+        "import sys\nfrom service.__main__ import main\n"
+        f"assert main(['collect', *{list(IDENTITY)!r}, '--spool-dir', {spool!r}, '--interval', '0.1', "
+        "'--', sys.executable, '-c', 'import time; time.sleep(0.3)']) == 0"
+    )
+    foreign = loaded - baseline - set(sys.stdlib_module_names) - {"service"}
+    assert not foreign, f"collect imports {sorted(foreign)}"
+    assert list((tmp_path / "spool").glob("run-*.json")), "the command was measured and its run spooled"
+
+
+# --------------------------------------------------------------------------- --timeout
+
+
+@pytest.fixture
+def hanging_sizer() -> Iterator[str]:
+    """A socket that accepts every connection and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    server.settimeout(0.1)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+#: a command that gives readings (it lives a few samples), so that there is a run to post
+SHORT = (sys.executable, "-c", "import time; time.sleep(0.3)")
+#: what starting Python, the collector and the command take here, beyond the time spent posting
+STARTUP = 3.0
+
+
+def timed_collect(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    done = collect(*args, "--interval", "0.1", "--", *SHORT)
+    return done, time.monotonic() - started
+
+
+@pytest.mark.parametrize("timeout", [None, 1.5])
+def test_timeout_bounds_what_a_hanging_sizer_adds(hanging_sizer: str, tmp_path: Path, timeout: float | None) -> None:
+    # before --timeout: 4 attempts of 10 s each plus 7 s of backoff, 47 s added to every build
+    spool = tmp_path / "spool"
+    given = () if timeout is None else ("--timeout", str(timeout))
+    done, took = timed_collect("--url", hanging_sizer, *IDENTITY, "--spool-dir", str(spool), *given)
+    limit = 5.0 if timeout is None else timeout
+    assert done.returncode == 0, done.stderr
+    assert f"no answer in {limit:.1f}s" in done.stderr
+    assert "the sizer is unreachable; spooled the run" in done.stderr
+    assert len(list(spool.glob("run-*.json"))) == 1
+    assert limit <= took < limit + STARTUP, took
+
+
+def test_timeout_bounds_the_retries_on_a_refused_port(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    dead = f"http://127.0.0.1:{free_port()}"
+    # 3 retries from 1 s would wait 1 + 2 + 4 s: the timeout cuts the waits short
+    done, took = timed_collect("--url", dead, *IDENTITY, "--spool-dir", str(spool), "--timeout", "1.5")
+    assert done.returncode == 0, done.stderr
+    assert "retrying in 1.0s" in done.stderr
+    assert "retrying in 0.5s" in done.stderr  # the second wait is what is left of the 1.5 s
+    assert "the sizer is unreachable; spooled the run" in done.stderr
+    assert len(list(spool.glob("run-*.json"))) == 1
+    assert took < 1.5 + STARTUP, took
+    bad = collect("--url", dead, *IDENTITY, "--timeout", "0", "--", "true")
+    assert bad.returncode == 2
+    assert "--timeout must be positive" in bad.stderr
+
+
+# --------------------------------------------------------------------------- the command, not the collector
+
+# Reports the collector's resident set (its parent's) and lives a few samples; allocates nothing.
+TRIVIAL = r"""
+import os, sys, time
+rss = next(int(line.split()[1]) * 1024 for line in open(f"/proc/{os.getppid()}/status") if line.startswith("VmRSS:"))
+open(sys.argv[1], "w").write(str(rss))
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def test_a_trivial_command_is_not_charged_the_collector(tmp_path: Path) -> None:
+    # the kernel's ru_maxrss of a child starts at its parent's peak: reading it counted the collector
+    spool = tmp_path / "spool"
+    script, report = tmp_path / "trivial.py", tmp_path / "collector-rss"
+    script.write_text(TRIVIAL)
+    done = collect(*IDENTITY, "--spool-dir", str(spool), "--interval", "0.1", "--", sys.executable, str(script), str(report), "0.5")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    collector_rss = int(report.read_text())
+    measured = json.loads(next(spool.glob("run-*.json")).read_text())["containers"][0]["memory_peak_bytes"]
+    assert 0 < measured < collector_rss / 2, (measured, collector_rss)
+    # `true` ends before it can be read: then nothing is posted, and never the collector's size
+    done = collect(*IDENTITY, "--spool-dir", str(tmp_path / "true"), "--", "true")
+    assert done.returncode == 0, done.stderr
+    for path in (tmp_path / "true").glob("run-*.json"):
+        assert json.loads(path.read_text())["containers"][0]["memory_peak_bytes"] < collector_rss / 2
+    if not list((tmp_path / "true").glob("run-*.json")):
+        assert "gave no readings: no memory" in done.stderr
+
+
+# Allocates and touches MIB, holds it for SECONDS, reports its own resident set at the end.
+ALLOCATE = r"""
+import sys, time
+blob = bytearray(int(sys.argv[1]) * 2**20)
+for i in range(0, len(blob), 4096):
+    blob[i] = 1
+time.sleep(float(sys.argv[2]))
+rss = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+open(sys.argv[3], "w").write(str(rss))
+"""
+
+
+def test_a_command_allocating_200_mib_reports_about_that(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    script, report = tmp_path / "allocate.py", tmp_path / "rss"
+    script.write_text(ALLOCATE)
+    done = collect(*IDENTITY, "--spool-dir", str(spool), "--interval", "0.1", "--", sys.executable, str(script), "200", "0.6", str(report))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    measured = json.loads(next(spool.glob("run-*.json")).read_text())["containers"][0]["memory_peak_bytes"]
+    assert measured == pytest.approx(int(report.read_text()), rel=0.1)
+    assert 200 * MIB <= measured < 240 * MIB
+
+
+# --------------------------------------------------------------------------- cgroups with no readings
+
+
+def _v1_memory_files(directory: Path, usage: int) -> None:
+    # the files of a cgroup v1 memory directory, as the kernel writes them
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "memory.usage_in_bytes").write_text(f"{usage}\n")
+    (directory / "memory.stat").write_text(f"cache 0\nrss {usage}\ntotal_inactive_file 0\n")
+    (directory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    (directory / "memory.limit_in_bytes").write_text(f"{(1 << 63) - 4096}\n")
+    (directory / "cgroup.procs").write_text("")
+
+
+def test_a_v1_memory_dir_without_cpuacct_runs_the_command_and_posts_nothing(tmp_path: Path) -> None:
+    # before: CPU read from a cpuacct dir that is not there (or the machine's root one), posted as 0
+    memory = tmp_path / "memory" / "build"
+    _v1_memory_files(memory, 300 * MIB)
+    spool = tmp_path / "spool"
+    done = collect(*IDENTITY, "--spool-dir", str(spool), "--cgroup", str(memory), "--", "sh", "-c", "exit 3")
+    assert done.returncode == 3, done.stderr  # the command ran, and its exit code is the collector's
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        f"ci-sizer: no cgroup v1 cpuacct directory matches {memory} (give --cpu-cgroup); "
+        "the command runs unmeasured and nothing is posted"
+    ]
+    assert not spool.exists()
+    watched = collect(*IDENTITY, "--spool-dir", str(spool), "--cgroup", str(memory))
+    assert watched.returncode == 2
+    assert "no cgroup v1 cpuacct directory matches" in watched.stderr
+    assert "Traceback" not in watched.stderr
+    assert not spool.exists()
+
+
+def test_a_cgroup_reading_zero_posts_nothing(tmp_path: Path) -> None:
+    # a cgroup holding nothing (the wrong one): its files read, but 0 bytes and no CPU are not a run
+    cg = tmp_path / "cg"
+    cg.mkdir()
+    (cg / "cpu.stat").write_text("usage_usec 0\n")
+    (cg / "memory.current").write_text("0\n")
+    (cg / "memory.stat").write_text("inactive_file 0\n")
+    (cg / "memory.events").write_text("oom_kill 0\n")
+    (cg / "cgroup.events").write_text("populated 0\n")
+    spool = tmp_path / "spool"
+    done = collect(*IDENTITY, "--cgroup", str(cg), "--interval", "0.05", "--spool-dir", str(spool))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines() == [f"ci-sizer: cgroup {cg} gave no readings: no memory; nothing is posted"]
+    assert not spool.exists()

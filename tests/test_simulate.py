@@ -170,6 +170,7 @@ def test_most_common_size_and_zero_hours() -> None:
     assert "Sat 10" not in free
     assert len(free) == 7 * 24 - 2
 
+
 # The chart's template lines that read ballast.dind (codefresh-io/venona,
 # charts/cf-runtime/templates/_components/ballast/_deployment.yaml and templates/ballast/deployment.yaml)
 CF_RUNTIME_BALLAST = Path(__file__).parent / "fixtures" / "cf-runtime" / "ballast-deployment.tpl"

@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from pydantic import ValidationError
-
 from . import __version__
 
 T = TypeVar("T")
@@ -128,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collect.add_argument("--retries", type=int, default=3, help="retries before spooling (default 3)")
     collect.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubled each time")
+    collect.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="most seconds posting may add to the build, retries included, before the run is spooled "
+        "(default 5; with --flush, per spooled run)",
+    )
     collect.add_argument("--flush", type=Path, metavar="DIR", help="send the runs spooled in DIR, then exit")
     collect.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
     stage = sub.add_parser(
@@ -226,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
     from .settings import Settings
 
     given = {field: getattr(args, field) for field in _FLAGS if getattr(args, field, None) is not None}
@@ -400,7 +407,7 @@ def _collect(args: argparse.Namespace) -> int:
         if not args.url:
             raise CliError("--flush needs --url (or CI_SIZER_URL)")
         try:
-            remaining = collector.flush(args.flush, args.url, args.token, say=say)
+            remaining = collector.flush(args.flush, args.url, args.token, timeout=args.timeout, say=say)
         except ValueError as exc:
             raise CliError(str(exc)) from None
         if remaining:
@@ -417,6 +424,8 @@ def _collect(args: argparse.Namespace) -> int:
         raise CliError(f"no --{', --'.join(missing)} given and none found in the CI environment")
     if args.interval <= 0:
         raise CliError("--interval must be positive")
+    if not args.timeout > 0:
+        raise CliError("--timeout must be positive")
     try:
         return collector.run_collect(
             command=command,
@@ -430,6 +439,7 @@ def _collect(args: argparse.Namespace) -> int:
             spool_dir=args.spool_dir,
             retries=args.retries,
             backoff=args.backoff,
+            timeout=args.timeout,
             say=say,
         )
     except ValueError as exc:
@@ -438,6 +448,8 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any:
     """``model`` from ``raw``, or a CliError listing each bad field (as a JSON pointer with ``pointer``)."""
+    from pydantic import ValidationError
+
     from .errors import validation_errors
 
     try:

@@ -6,12 +6,14 @@ Times in seconds; CPU in millicores. Nodes of 4000m/16Gi; builds of 1000m/1Gi un
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from service.__main__ import main
 from service.services import ballast, simulate
@@ -243,10 +245,44 @@ def test_most_common_size_and_zero_hours() -> None:
     assert "Mon 09" not in free
     assert "Sat 10" not in free
     assert len(free) == 7 * 24 - 2
-    values = ballast.helm_values(3, 3500, 7800 * MIB)
-    assert "replicaCount: 3" in values
-    assert "cpu: 3500m" in values
-    assert "memory: 7800Mi" in values
+
+
+# The chart's template lines that read ballast.dind (codefresh-io/venona,
+# charts/cf-runtime/templates/_components/ballast/_deployment.yaml and templates/ballast/deployment.yaml)
+CF_RUNTIME_BALLAST = Path(__file__).parent / "fixtures" / "cf-runtime" / "ballast-deployment.tpl"
+
+
+def render_ballast(entry: dict[str, Any]) -> tuple[Any, set[str]]:
+    """The fixture rendered with ``entry`` as ``.Values``, as Helm does for the few constructs it uses
+    (a missing value renders empty), and the keys the template reads."""
+    text = re.sub(r"\{\{-? /\*.*?\*/ -?\}\}\n?", "", CF_RUNTIME_BALLAST.read_text(), flags=re.S)
+    read = set(re.findall(r"\.Values\.(\w+)", text))
+    cond = re.fullmatch(r"\{\{- if \.Values\.(\w+) \}\}\n(.*)\{\{- end \}\}\n", text, flags=re.S)
+    assert cond is not None, "the fixture is one {{- if .Values.enabled }} block"
+    if not entry.get(cond[1]):
+        return None, read
+
+    def to_yaml(m: re.Match[str]) -> str:
+        dumped = yaml.safe_dump(entry.get(m[1]) or {}, default_flow_style=False).rstrip("\n")
+        return "".join("\n" + " " * int(m[2]) + line for line in dumped.splitlines())
+
+    body = re.sub(r"\s*\{\{- toYaml \.Values\.(\w+) \| nindent (\d+)\s*\}\}", to_yaml, cond[2])
+    body = re.sub(r"\{\{ \.Values\.(\w+) \}\}", lambda m: str(entry.get(m[1], "")), body)
+    return yaml.safe_load(body), read
+
+
+def test_ballast_helm_values_set_the_keys_the_chart_reads() -> None:
+    values = yaml.safe_load(ballast.helm_values(3, 3500, 7800 * MIB))
+    entry = values["ballast"]["dind"]
+    deployment, read = render_ballast(entry)
+    assert set(entry) <= read, f"keys the chart never reads: {set(entry) - read}"
+    assert deployment["spec"]["replicas"] == 3  # replicasCount: a replicaCount key would leave it unset (1 pod)
+    wait = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert wait["resources"]["requests"] == {"cpu": "3500m", "memory": "7800Mi"}
+    assert wait["resources"]["limits"] == wait["resources"]["requests"]
+    # no builds, no ballast: the chart renders nothing
+    off, _ = render_ballast(yaml.safe_load(ballast.helm_values(0, 0, 0))["ballast"]["dind"])
+    assert off is None
 
 
 # --------------------------------------------------------------------------- API and CLI
@@ -328,7 +364,7 @@ async def test_ballast_advice_from_stored_runs(client: httpx.AsyncClient) -> Non
     assert a["window"]["builds"] == 8
     # one job in the learning phase (every run is clean): its recommended requests are the pod size
     assert a["pod"]["cpu_millicores"] > 0
-    assert "replicaCount: 3" in a["helm_values"]
+    assert yaml.safe_load(a["helm_values"])["ballast"]["dind"]["replicasCount"] == 3
     busy = {
         f"{['Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat', 'Sun'][(now + timedelta(seconds=o)).weekday()]} {(now + timedelta(seconds=o)).hour:02d}"
         for o in offsets

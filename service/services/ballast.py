@@ -134,13 +134,16 @@ def autoscaler_advice(priority: int = BALLAST_PRIORITY, cutoff: int = EXPENDABLE
 
 
 def helm_values(count: int, cpu: int, memory: int) -> str:
-    """The cf-runtime chart's ``ballast.dind`` values (its key is ``replicaCount``)."""
+    """The cf-runtime chart's ``ballast.dind`` values. The chart reads the pod count from
+    ``replicasCount`` (codefresh-io/venona,
+    ``charts/cf-runtime/templates/_components/ballast/_deployment.yaml``); a ``replicaCount`` key
+    would be silently ignored and deploy one pod."""
     q_cpu, q_mem = format_cpu(cpu), format_memory(memory)
     return (
         "ballast:\n"
         "  dind:\n"
         f"    enabled: {'true' if count > 0 else 'false'}\n"
-        f"    replicaCount: {count}\n"
+        f"    replicasCount: {count}\n"
         "    resources:\n"
         "      requests:\n"
         f"        cpu: {q_cpu}\n"

@@ -28,8 +28,10 @@ from .observability.middleware import Observability
 from .services import ceilings
 from .services.cache import AnswerCache
 from .services.changes import ChangeFeed
+from .services.jobs import SummaryRefresher
 from .services.retention import Pruner
 from .services.runs import JobIds
+from .services.sizing import Policy
 from .settings import Settings, get_settings, is_loopback
 
 log = logging.getLogger("ci_sizer")
@@ -136,6 +138,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers))
             ),
+            asyncio.create_task(
+                _periodic(
+                    settings.jobs_summary_seconds,
+                    lambda: app.state.summaries.run_once(write_engine, Policy.of(settings, app.state.ceilings)),
+                )
+            ),
         ]
         if not settings.is_sqlite:
             app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
@@ -178,6 +186,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.tokens = tokens
     app.state.fleet = FleetTracker()
     app.state.pruner = Pruner(settings.retention_runs)
+    app.state.summaries = SummaryRefresher()
     app.state.job_ids = JobIds()
     app.state.ceilings = ceilings.load(settings.runner_ceilings_file)
     # on SQLite no change feed reaches other workers: with several, answers are fresh for a short TTL

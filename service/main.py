@@ -33,6 +33,7 @@ from .services.retention import Pruner
 from .services.runs import JobIds
 from .services.sizing import Policy
 from .settings import Settings, get_settings, is_loopback
+from .ui.routes import router as ui_router
 
 log = logging.getLogger("ci_sizer")
 
@@ -196,6 +197,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(api_router)
+    app.include_router(ui_router)
     # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
     app.add_middleware(CachedSizing, cache=app.state.answers, tokens=tokens)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

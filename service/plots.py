@@ -36,8 +36,10 @@ def line_panels(
     x_scale: float = 3600.0,
     width: int = 900,
     panel_height: int = 180,
+    markers: Sequence[tuple[int, str, list[tuple[float, float]]]] = (),
 ) -> str:
-    """Stacked panels sharing the x axis; each panel maps a series name to ``(x, y)`` points."""
+    """Stacked panels sharing the x axis; each panel maps a series name to ``(x, y)`` points.
+    ``markers``: ``(panel index, name, points)`` drawn as red crosses, named under the legend."""
     left, right, top, gap = 60, 160, 40, 46
     height = top + len(panels) * (panel_height + gap) + 10
     plot_w = width - left - right
@@ -72,6 +74,16 @@ def line_panels(
                     f'<rect x="{left + plot_w + 14}" y="{y0 + 20 + 16 * s}" width="10" height="10" fill="{color}"/>'
                 )
                 out.append(f'<text x="{left + plot_w + 28}" y="{y0 + 29 + 16 * s}">{escape(name)}</text>')
+        for m, (_panel, name, pts) in enumerate(mk for mk in markers if mk[0] == p):
+            for x, y in pts:
+                cx, cy = left + plot_w * x / x_max, base - (panel_height - 18) * y / y_max
+                out.append(
+                    f'<path class="marker" d="M{cx - 5:.1f},{cy - 5:.1f}L{cx + 5:.1f},{cy + 5:.1f}'
+                    f'M{cx - 5:.1f},{cy + 5:.1f}L{cx + 5:.1f},{cy - 5:.1f}" stroke="#d00" stroke-width="2"/>'
+                )
+            if pts:
+                ly = y0 + 29 + 16 * (len(series) + m)
+                out.append(f'<text x="{left + plot_w + 14}" y="{ly}" fill="#d00">x {escape(name)}</text>')
     ticks = 7
     base_x = top + len(panels) * (panel_height + gap) - gap + 14
     for k in range(ticks + 1):

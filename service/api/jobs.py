@@ -3,16 +3,16 @@ applying the answer would save, filtered, sorted and a page at a time."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from ..auth import Principal, ReadPrincipal
+from ..auth import ReadPrincipal
 from ..errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from ..services import jobs as jobs_service
-from ..services.jobs import JobFilter, Sort
+from ..services.jobs import Sort
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
@@ -69,33 +69,6 @@ class JobsPublic(BaseModel):
 Name = Annotated[str | None, Query(max_length=200)]
 
 
-def job_filter(
-    principal: Principal,
-    *,
-    org: str | None,
-    repo: str | None,
-    workflow: str | None,
-    job: str | None,
-    phase: str | None,
-    q: str | None,
-) -> JobFilter:
-    if org is not None:
-        principal.ensure_org(org)
-    return JobFilter(org=org, repo=repo, workflow=workflow, job=job, phase=phase, q=q or None)  # type: ignore[arg-type]
-
-
-async def read_page(
-    request: Request, principal: Principal, flt: JobFilter, sort: Sort, limit: int, cursor: str | None
-) -> tuple[jobs_service.Page, dict[str, Any]]:
-    """One page and the totals, as the API and the operator's page both read them."""
-    async with request.app.state.engine.connect() as conn:
-        page = await jobs_service.list_jobs(
-            conn=conn, flt=flt, sort=sort, limit=limit, cursor=cursor, orgs=principal.orgs
-        )
-        totals = await jobs_service.totals(conn=conn, flt=flt, orgs=principal.orgs)
-    return page, totals
-
-
 @router.get(
     "/jobs",
     response_model=JobsPublic,
@@ -127,8 +100,10 @@ async def list_jobs(
     computed in the background within seconds of the job's last run or an override change
     (``summarised_at``); a job seen moments ago may not be summarised yet (``phase: null``).
     Runs and OOM kills count the last ``window_days`` days. Savings are per day and signed."""
-    flt = job_filter(principal, org=org, repo=repo, workflow=workflow, job=job, phase=phase, q=q)
-    page, totals = await read_page(request, principal, flt, sort, limit, cursor)
+    flt = jobs_service.job_filter(principal, org=org, repo=repo, workflow=workflow, job=job, phase=phase, q=q)
+    page, totals = await jobs_service.read_page(
+        engine=request.app.state.engine, principal=principal, flt=flt, sort=sort, limit=limit, cursor=cursor
+    )
     if page.next_cursor is not None:
         params = {k: v for k, v in request.query_params.items() if k != "cursor"}
         params["cursor"] = page.next_cursor

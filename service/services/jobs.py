@@ -44,6 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ..auth import Principal
 from ..errors import InvalidInput
 from ..models import Job, JobSummary, Run, RunContainer, to_rfc3339, utcnow
 from ..observability.metrics import DATABASE_ERRORS
@@ -345,6 +346,22 @@ def _where(flt: JobFilter, orgs: frozenset[str] | None) -> list[ColumnElement[bo
     return where
 
 
+def job_filter(
+    principal: Principal,
+    *,
+    org: str | None,
+    repo: str | None,
+    workflow: str | None,
+    job: str | None,
+    phase: Phase | None,
+    q: str | None,
+) -> JobFilter:
+    """The filter a caller asked for; naming an org the token may not read is a 403."""
+    if org is not None:
+        principal.ensure_org(org)
+    return JobFilter(org=org, repo=repo, workflow=workflow, job=job, phase=phase, q=q or None)
+
+
 @dataclass(frozen=True)
 class Page:
     rows: list[Any]
@@ -389,6 +406,15 @@ async def list_jobs(
         else:
             next_cursor = encode_cursor(sort, _sort_value(sort, last), last.id)
     return Page(rows=rows, next_cursor=next_cursor)
+
+
+async def read_page(
+    *, engine: AsyncEngine, principal: Principal, flt: JobFilter, sort: Sort, limit: int, cursor: str | None
+) -> tuple[Page, dict[str, Any]]:
+    """One page and the totals, as the API and the operator's page both read them."""
+    async with engine.connect() as conn:
+        page = await list_jobs(conn=conn, flt=flt, sort=sort, limit=limit, cursor=cursor, orgs=principal.orgs)
+        return page, await totals(conn=conn, flt=flt, orgs=principal.orgs)
 
 
 def _sort_value(sort: str, row: Any) -> Any:

@@ -237,3 +237,30 @@ async def test_old_runs_leave_the_window(client: httpx.AsyncClient) -> None:
     assert row["oom_kills"] == 0
     assert row["run_hours_per_day"] is None
     assert row["last_run_at"].startswith(old.isoformat()[:19])
+
+
+async def test_refresher_sweeps_missing_expired_and_old_summaries(client: httpx.AsyncClient) -> None:
+    import asyncio
+
+    from sqlalchemy import update
+
+    from service.models import JobSummary
+
+    app = client.app  # type: ignore[attr-defined]
+    await post(client, *(recent_run(n, job("a")) for n in range(1, 4)))
+    app.state.summaries.pending.clear()  # as for jobs stored before the summaries existed
+    assert await summarise(client) == 1  # found missing, not noted
+    assert await summarise(client) == 0  # nothing stale: nothing recomputed
+    expires = (utcnow() + timedelta(seconds=1)).isoformat() + "Z"
+    r = await client.put("/api/v1/sizing/overrides/acme", json={"memory_limit": "3Gi", "expires_at": expires})
+    assert r.status_code == 201, r.text
+    assert await summarise(client) == 1  # the org's jobs, after the write
+    assert (await client.get("/api/v1/jobs")).json()["items"][0]["answer"]["memory_limit_bytes"] == 3 * GIB
+    await asyncio.sleep(1.2)  # the override expires: the summary that applied it is stale
+    assert await summarise(client) == 1
+    row = (await client.get("/api/v1/jobs")).json()["items"][0]
+    assert row["answer"]["memory_limit_bytes"] != 3 * GIB
+    assert row["override_scope"] == "global"
+    async with app.state.write_engine.begin() as conn:  # an hour-old summary is recomputed
+        await conn.execute(update(JobSummary).values(refreshed_at=utcnow() - timedelta(hours=2)))
+    assert await summarise(client) == 1

@@ -42,6 +42,7 @@ from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 
 T = TypeVar("T")
+LOGS: dict[str, Path] = {}
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 REQUIRE = os.environ.get("CI_SIZER_REQUIRE_BROWSER", "") not in ("", "0")
@@ -127,6 +128,7 @@ def _run(j: dict[str, str], n: int, *, mem: int, limit: int, oom: bool = False, 
         container["oom_killed"] = True
     return {
         **j,
+        "node_memory_bytes": 16 * GIB,
         "run_id": f"run-{n}",
         "started_at": (finished - timedelta(minutes=20 + n % 7)).isoformat() + "Z",
         "finished_at": finished.isoformat() + "Z",
@@ -140,7 +142,10 @@ def seed(url: str) -> None:
     bodies = [_run(BUILD, n, mem=(900 + 37 * (n % 5)) * MIB, limit=8 * GIB) for n in range(1, 13)]
     bodies += [_run(TEST, n, mem=400 * MIB, limit=2 * GIB, cpu=300) for n in range(1, 6)]
     bodies += [_run(EVIL, n, mem=600 * MIB, limit=4 * GIB) for n in range(1, 4)]
-    bodies += [_run(OOMY, n, mem=(1000 + 10 * n) * MIB, limit=GIB, oom=n in (1, 2, 5)) for n in range(1, 9)]
+    bodies += [
+        _run(OOMY, n, mem=(1010 if n in (1, 2, 6) else 640 + 15 * n) * MIB, limit=GIB, oom=n in (1, 2, 6))
+        for n in range(1, 11)
+    ]
     r = httpx.post(f"{url}/api/v1/runs:batch", json={"runs": bodies}, headers=ingest, timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["created"] == len(bodies), r.text
@@ -163,6 +168,7 @@ def server(
         db_url, "--tokens-file", str(tokens), log=tmp / "serve.log", env={"CI_SIZER_JOBS_SUMMARY_SECONDS": "0.2"}
     )
     with live:
+        LOGS[live.url] = tmp / "serve.log"
         seed(live.url)
         _wait(lambda: _summarised(live.url, 4), "job summaries")
         yield live.url
@@ -305,7 +311,7 @@ def test_find_a_job_by_filter_and_read_its_answer(driver: WebDriver, server: str
     totals = by(driver, "[data-testid=totals]").text
     assert "GiB-h" in totals
     assert "core-h" in totals
-    driver.save_screenshot(str(screenshots / "fleet.png"))
+    shot(driver, screenshots / "fleet.png")
     rows = filter_jobs(driver, q="test (3")
     assert [r.get_attribute("data-job") for r in rows] == ["test (3.12)"]
     open_job(driver, "test (3.12)")
@@ -327,6 +333,13 @@ def test_find_a_job_by_filter_and_read_its_answer(driver: WebDriver, server: str
     # the org-scope CPU limit pin is resolved field by field with its scope
     assert resolution(driver)["cpu.limit"] == ("4", "org")
     assert driver.find_elements(By.CSS_SELECTOR, "[data-testid=plot] svg")
+    # a job with OOM kills: each is marked on the plot, and the answer backs off
+    driver.get(f"{server}/ui/#fleet")
+    _wait(lambda: by(driver, "#jobs-fragment section"), "the fleet view")
+    open_job(driver, "integration")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "[data-testid=plot] svg .marker")) == 3
+    assert answer_cells(driver) == api_cells(sizing(server, OOMY))
+    shot(driver, screenshots / "job-oom.png")
 
 
 def test_job_override_changes_answer_and_resolution(driver: WebDriver, server: str, screenshots: Path) -> None:
@@ -344,7 +357,7 @@ def test_job_override_changes_answer_and_resolution(driver: WebDriver, server: s
     assert after["build"]["memory.limit"] == "3Gi"
     assert after == api_cells(sizing(server, BUILD))
     assert by(driver, "[data-testid=override-scope]").text == "job"
-    driver.save_screenshot(str(screenshots / "job.png"))
+    shot(driver, screenshots / "job.png")
     assert override(server, BUILD).status_code == 200
     delete = _wait(lambda: by(driver, "#job-override [data-action=delete-override]"), "the delete button")
     delete.click()
@@ -415,13 +428,13 @@ def test_two_tabs_edit_one_override(driver: WebDriver, server: str, screenshots:
         assert by(conflict, "[data-field=memory_limit]").text == "5Gi"
         assert override(server, TEST).json()["memory_limit"] == "5Gi"  # nothing lost
         assert form_b.find_element(By.NAME, "memory_limit").get_attribute("value") == "6Gi"  # nor the operator's input
-        driver.save_screenshot(str(screenshots / "overrides-conflict.png"))
+        shot(driver, screenshots / "overrides-conflict.png")
         # the operator retries on top of what is stored now
         by(conflict, "[data-action=retry-override]").click()
         _wait(lambda: override(server, TEST).json()["memory_limit"] == "6Gi", "tab B's retried write")
         driver.get(f"{server}/ui/#overrides")
         _wait(lambda: by(driver, "[data-testid=overrides]"), "the overrides list")
-        driver.save_screenshot(str(screenshots / "overrides.png"))
+        shot(driver, screenshots / "overrides.png")
     finally:
         driver.switch_to.window(second)
         driver.close()
@@ -461,7 +474,7 @@ def test_analyses_view_runs_a_backtest(driver: WebDriver, server: str, screensho
     )
     table = by(driver, "[data-testid=analysis-table]").text
     assert "ci-sizer" in table
-    driver.save_screenshot(str(screenshots / "analyses.png"))
+    shot(driver, screenshots / "analyses.png")
 
 
 def test_the_token_stays_out_of_urls_and_logs(driver: WebDriver, server: str) -> None:
@@ -472,3 +485,17 @@ def test_the_token_stays_out_of_urls_and_logs(driver: WebDriver, server: str) ->
     assert entries
     assert not [e for e in entries if SECRETS["admin"] in e]
     assert driver.get_cookies() == []
+    log = LOGS[server].read_text()
+    assert "GET /ui/fragments/job" in log or "/ui/fragments/job" in log
+    assert not [s for s in SECRETS.values() if s in log]
+
+
+def shot(d: WebDriver, path: Path) -> None:
+    """The whole page, top to bottom."""
+    d.execute_script("window.scrollTo(0, 0)")
+    height = d.execute_script("return document.documentElement.scrollHeight")
+    d.set_window_size(1400, min(max(int(height) + 40, 900), 3200))
+    try:
+        d.save_screenshot(str(path))
+    finally:
+        d.set_window_size(1400, 1000)

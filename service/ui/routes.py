@@ -46,6 +46,7 @@ HEADERS = {
     "X-Content-Type-Options": "nosniff",
 }
 PAGE_SIZE = 50
+GIB = float(1 << 30)
 Name = Annotated[str | None, Query(max_length=NAME_MAX)]
 Required = Annotated[str, Query(min_length=1, max_length=NAME_MAX)]
 
@@ -174,7 +175,7 @@ def resolution(pins: dict[str, Any], answer: dict[str, Any]) -> list[FieldResolu
 
 def runs_plot(rows: list[Any], answer: dict[str, Any]) -> str | None:
     """Each run's memory peak against the limit it ran with and the current answer, per container
-    (MiB), OOM kills marked."""
+    (GiB), OOM kills marked."""
     if not rows:
         return None
     order: dict[int, int] = {}
@@ -187,16 +188,16 @@ def runs_plot(rows: list[Any], answer: dict[str, Any]) -> str | None:
     for p, name in enumerate(names):
         mine = [r for r in rows if r.name == name]
         series: dict[str, list[tuple[float, float]]] = {
-            "peak": [(order[r.id], r.memory_peak_bytes / 2**20) for r in mine],
+            "peak": [(order[r.id], r.memory_peak_bytes / GIB) for r in mine],
             "limit it ran with": [
-                (order[r.id], r.memory_limit_bytes / 2**20) for r in mine if r.memory_limit_bytes is not None
+                (order[r.id], r.memory_limit_bytes / GIB) for r in mine if r.memory_limit_bytes is not None
             ],
         }
         if name in limits:
-            series["current answer"] = [(1, limits[name] / 2**20), (len(order), limits[name] / 2**20)]
-        panels.append((f"{name}: memory (MiB)", series))
+            series["current answer"] = [(1, limits[name] / GIB), (len(order), limits[name] / GIB)]
+        panels.append((f"{name}: memory (GiB)", series))
         kills: list[tuple[float, float]] = [
-            (float(order[r.id]), r.memory_peak_bytes / 2**20)
+            (float(order[r.id]), r.memory_peak_bytes / GIB)
             for r in mine
             if r.oom_killed or (r.oom_kill_events or 0) > 0
         ]

@@ -142,7 +142,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 _periodic(
                     settings.jobs_summary_seconds,
-                    lambda: app.state.summaries.run_once(write_engine, Policy.of(settings, app.state.ceilings)),
+                    lambda: app.state.summaries.run_once(engine, Policy.of(settings, app.state.ceilings), write_engine),
                 )
             ),
         ]

@@ -56,7 +56,7 @@ async def summarise(client: httpx.AsyncClient) -> int:
     """One background pass of the summary refresher, now."""
     app = client.app  # type: ignore[attr-defined]
     policy = Policy.of(app.state.settings, app.state.ceilings)
-    done: int = await app.state.summaries.run_once(app.state.write_engine, policy)
+    done: int = await app.state.summaries.run_once(app.state.engine, policy, app.state.write_engine)
     return done
 
 
@@ -239,7 +239,12 @@ async def test_old_runs_leave_the_window(client: httpx.AsyncClient) -> None:
     assert row["last_run_at"].startswith(old.isoformat()[:19])
 
 
-async def test_refresher_sweeps_missing_expired_and_old_summaries(client: httpx.AsyncClient) -> None:
+async def test_refresher_sweeps_missing_expired_and_old_summaries(make_client: Any) -> None:
+    async with make_client(jobs_summary_seconds=3600) as client:  # no background pass: this test counts them
+        await _sweeps(client)
+
+
+async def _sweeps(client: httpx.AsyncClient) -> None:
     import asyncio
 
     from sqlalchemy import update
@@ -251,12 +256,13 @@ async def test_refresher_sweeps_missing_expired_and_old_summaries(client: httpx.
     app.state.summaries.pending.clear()  # as for jobs stored before the summaries existed
     assert await summarise(client) == 1  # found missing, not noted
     assert await summarise(client) == 0  # nothing stale: nothing recomputed
-    expires = (utcnow() + timedelta(seconds=1)).isoformat() + "Z"
+    expiry = utcnow() + timedelta(seconds=2)
+    expires = expiry.isoformat() + "Z"
     r = await client.put("/api/v1/sizing/overrides/acme", json={"memory_limit": "3Gi", "expires_at": expires})
     assert r.status_code == 201, r.text
     assert await summarise(client) == 1  # the org's jobs, after the write
     assert (await client.get("/api/v1/jobs")).json()["items"][0]["answer"]["memory_limit_bytes"] == 3 * GIB
-    await asyncio.sleep(1.2)  # the override expires: the summary that applied it is stale
+    await asyncio.sleep((expiry - utcnow()).total_seconds() + 0.1)  # expired: the summary that applied it is stale
     assert await summarise(client) == 1
     row = (await client.get("/api/v1/jobs")).json()["items"][0]
     assert row["answer"]["memory_limit_bytes"] != 3 * GIB
@@ -264,3 +270,23 @@ async def test_refresher_sweeps_missing_expired_and_old_summaries(client: httpx.
     async with app.state.write_engine.begin() as conn:  # an hour-old summary is recomputed
         await conn.execute(update(JobSummary).values(refreshed_at=utcnow() - timedelta(hours=2)))
     assert await summarise(client) == 1
+
+
+async def test_hostile_query_values_are_problems(client: httpx.AsyncClient) -> None:
+    import base64
+    import json
+
+    def cursor(*parts: object) -> str:
+        return base64.urlsafe_b64encode(json.dumps(list(parts)).encode()).decode().rstrip("=")
+
+    for query in (
+        "org=a%00b",
+        "q=%07",
+        f"sort=oom&cursor={cursor('oom', 10**30, 1)}",
+        f"sort=oom&cursor={cursor('oom', 1, 2**70)}",
+        f"sort=last_run&cursor={cursor('last_run', 5, 1)}",
+        f"sort=name&cursor={cursor('name', ['a'], 1)}",
+    ):
+        r = await client.get(f"/api/v1/jobs?{query}")
+        assert r.status_code == 422, (query, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")

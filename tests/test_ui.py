@@ -64,6 +64,18 @@ async def test_fragments_need_a_reading_token(secured: httpx.AsyncClient) -> Non
     assert (await secured.get("/ui/fragments/jobs?org=globex", headers=bearer("read"))).status_code == 403
 
 
+async def test_control_characters_are_problems(client: httpx.AsyncClient) -> None:
+    for path in (
+        "/ui/fragments/job?org=a%00&repo=r&workflow=w&job=j",
+        "/ui/fragments/jobs?q=%00",
+        "/ui/fragments/overrides?org=%00",
+        "/ui/fragments/override?org=a&repo=%1b",
+    ):
+        r = await client.get(path)
+        assert r.status_code == 422, path
+        assert r.headers["content-type"].startswith("application/problem+json")
+
+
 async def test_job_view_is_the_sizing_answer(client: httpx.AsyncClient) -> None:
     j = job("build")
     await post(client, *(recent_run(n, j, mem=(700 + n) * MIB) for n in range(1, 6)))

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -178,9 +179,16 @@ def _upsert(dialect: str) -> Any:
 _UPSERT = {name: _upsert(name) for name in ("postgresql", "sqlite")}
 
 
-async def refresh(*, engine: AsyncEngine, jobs: Iterable[tuple[int, ScopeKey]], policy: sizing_service.Policy) -> int:
+async def refresh(
+    *,
+    engine: AsyncEngine,
+    jobs: Iterable[tuple[int, ScopeKey]],
+    policy: sizing_service.Policy,
+    write_engine: AsyncEngine | None = None,
+) -> int:
     """Recompute and store the summaries of ``jobs`` (id, key); returns how many were stored.
-    Each answer comes from ``sizing.recommend`` with the default parameters."""
+    Each answer comes from ``sizing.recommend`` with the default parameters. Read on ``engine``,
+    written in one short transaction on ``write_engine`` (SQLite: the one that takes the write lock)."""
     rows = []
     params = sizing_service.SizingParams()
     async with engine.connect() as conn:
@@ -192,7 +200,7 @@ async def refresh(*, engine: AsyncEngine, jobs: Iterable[tuple[int, ScopeKey]], 
                 summary_row(job_id=job_id, answer=rec.answer, fresh_until=rec.fresh_until, stats=stats, now=now)
             )
     if rows:
-        async with engine.begin() as conn:
+        async with (write_engine or engine).begin() as conn:
             await conn.execute(_UPSERT[conn.dialect.name], rows)
     return len(rows)
 
@@ -242,7 +250,9 @@ class SummaryRefresher:
         """An override at this scope was written: every job under it may answer differently."""
         self.scopes.append(key)
 
-    async def run_once(self, engine: AsyncEngine, policy: sizing_service.Policy) -> int:
+    async def run_once(
+        self, engine: AsyncEngine, policy: sizing_service.Policy, write_engine: AsyncEngine | None = None
+    ) -> int:
         jobs, self.pending = self.pending, {}
         scopes, self.scopes = self.scopes, []
         done = 0
@@ -256,7 +266,9 @@ class SummaryRefresher:
                     jobs.setdefault(*_key(row))
             items = sorted(jobs.items())
             for start in range(0, len(items), 100):
-                done += await refresh(engine=engine, jobs=items[start : start + 100], policy=policy)
+                done += await refresh(
+                    engine=engine, jobs=items[start : start + 100], policy=policy, write_engine=write_engine
+                )
         except Exception as exc:  # keep what was noted for the next pass
             DATABASE_ERRORS.inc()
             log.warning("job summaries not refreshed: %s", type(exc).__name__)
@@ -298,14 +310,17 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
     try:
         got = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
         name, value, job_id = got
-        if name != sort or not isinstance(job_id, int):
+        if name != sort or not isinstance(job_id, int) or not 0 <= job_id < 2**63:
             raise ValueError
         if sort == "last_run":
             value = datetime.fromisoformat(value)
         elif sort == "name":
             if not (isinstance(value, list) and len(value) == 4 and all(isinstance(v, str) for v in value)):
                 raise ValueError
-        elif not isinstance(value, int | float) or isinstance(value, bool):
+        elif sort == "oom":
+            if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) <= value < 2**31:
+                raise ValueError
+        elif not isinstance(value, int | float) or isinstance(value, bool) or not abs(value) <= 1e300:
             raise ValueError
         return value, job_id
     except (ValueError, TypeError, orjson.JSONDecodeError, UnicodeDecodeError):
@@ -346,6 +361,16 @@ def _where(flt: JobFilter, orgs: frozenset[str] | None) -> list[ColumnElement[bo
     return where
 
 
+def check_names(**values: str | None) -> None:
+    """Names in a query string: no control characters (rule I3), so none reaches the database."""
+    for name, value in values.items():
+        if value is not None and any(unicodedata.category(ch) == "Cc" for ch in value):
+            raise InvalidInput(
+                f"query parameter {name!r} must not contain control characters",
+                errors=[{"field": f"query/{name}", "message": "must not contain control characters"}],
+            )
+
+
 def job_filter(
     principal: Principal,
     *,
@@ -357,6 +382,7 @@ def job_filter(
     q: str | None,
 ) -> JobFilter:
     """The filter a caller asked for; naming an org the token may not read is a 403."""
+    check_names(org=org, repo=repo, workflow=workflow, job=job, q=q)
     if org is not None:
         principal.ensure_org(org)
     return JobFilter(org=org, repo=repo, workflow=workflow, job=job, phase=phase, q=q or None)

@@ -215,6 +215,7 @@ def runs_plot(rows: list[Any], answer: dict[str, Any]) -> str | None:
 async def job_view(
     request: Request, principal: ReadPrincipal, org: Required, repo: Required, workflow: Required, job: Required
 ) -> HTMLResponse:
+    jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
     key = ScopeKey(org, repo, workflow, job)
     principal.ensure_org(key.org)
     params = sizing_service.SizingParams()
@@ -256,6 +257,7 @@ async def overrides_view(
     job: Name = None,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
+    jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
     if org:
         principal.ensure_org(org)
     after = overrides_service.decode_cursor(cursor) if cursor else 0
@@ -306,6 +308,7 @@ async def override_form(
 ) -> HTMLResponse:
     """The editor of one scope's override (``form``; without ``org``, a new override at a scope
     to type in), or only its stored value (``current``, shown when a write met a newer version)."""
+    jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
     if not org:
         return render("override_form.html", key=None, current=None, admin=is_admin(principal))
     key = _scope_key(org, repo, workflow, job)

@@ -72,7 +72,9 @@ async def summarise_all(url: str) -> float:
     from service.services.overrides import ScopeKey
     from service.services.sizing import Policy
 
-    engine = build_engine(url.replace("postgresql://", "postgresql+asyncpg://", 1))
+    engine = build_engine(
+        url.replace("postgresql://", "postgresql+asyncpg://", 1) if url.startswith("postgresql://") else url
+    )
     try:
         async with engine.connect() as conn:
             t = Job.__table__  # type: ignore[attr-defined]
@@ -102,50 +104,105 @@ def pages(client: httpx.Client) -> dict[str, str]:
         "fleet view: jobs fragment, sort=waste_memory": "/ui/fragments/jobs?sort=waste_memory",
         "fleet view: page 101, sort=waste_memory": f"/ui/fragments/jobs?sort=waste_memory&cursor={cursor}",
         "fleet view: sort=last_run, name contains 'build-99'": "/ui/fragments/jobs?sort=last_run&q=build-99",
-        "job view (answer, plot of 20 runs, 8 formats, resolution)": f"/ui/fragments/job?{job_q}",
+        "job view (answer, plot of its runs, 8 formats, resolution)": f"/ui/fragments/job?{job_q}",
         "overrides view (first 50 of 500)": "/ui/fragments/overrides",
         "analyses view": "/ui/fragments/analyses",
     }
 
 
+def load_sqlite(url: str, runs: int) -> None:
+    """The same fleet through the API (SQLite has no COPY): ``runs`` runs a job in the last days,
+    with the limits and CPU requests they ran with, and the overrides."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    bodies = []
+    for i in range(JOBS):
+        org, repo, workflow, name = _load.job_key(i)
+        mem = (200 + (i * 7919) % 5800) * 2**20
+        for n in range(runs):
+            finished = now - timedelta(hours=6 * n + i % 6)
+            stats = dict.fromkeys(("peak", "p99", "p95", "p75", "p50", "avg"), 100.0 + i % 2900)
+            bodies.append(
+                {
+                    "org": org, "repo": repo, "workflow": workflow, "job": name, "run_id": f"run-{n}",
+                    "started_at": (finished - timedelta(minutes=12)).isoformat() + "Z",
+                    "finished_at": finished.isoformat() + "Z",
+                    "containers": [{"name": "build", "cpu_stats_millicores": stats, "memory_peak_bytes": mem,
+                                    "memory_limit_bytes": 8 * 2**30, "cpu_request_millicores": 2000}],
+                }
+            )  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        with LiveServer(url, "--log-level", "warning", log=Path(tmp, "load.log")) as live:
+            with httpx.Client(base_url=live.url, timeout=120) as client:
+                for first in range(0, len(bodies), 500):
+                    r = client.post("/api/v1/runs:batch", json={"runs": bodies[first : first + 500]})
+                    assert r.status_code == 200, r.text
+                    assert r.json()["created"] == len(bodies[first : first + 500]), r.text
+                    print(f"  loaded {first + 500:,} / {len(bodies):,} runs", end="\r", flush=True)
+                for i in range(OVERRIDES):
+                    path = "/".join(_load.job_key(i * (JOBS // OVERRIDES)))
+                    r = client.put(f"/api/v1/sizing/overrides/{path}", json={"memory_limit": "4Gi"})
+                    assert r.status_code == 201, r.text
+    print()
+
+
+def measure(url: str, args: argparse.Namespace) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        live = LiveServer(url, "--sizing-cache-entries", "0", "--log-level", "warning", log=Path(tmp, "serve.log"))
+        live.start()
+        try:
+            with httpx.Client(base_url=live.url, timeout=30) as client:
+                targets = pages(client)
+                for path in targets.values():  # warm up: prepared statements, templates
+                    assert client.get(path).status_code == 200, path
+                for _ in range(args.rounds):
+                    for name, path in targets.items():
+                        for _ in range(args.requests):
+                            started = time.perf_counter()
+                            r = client.get(path)
+                            samples.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+                            assert r.status_code == 200, (path, r.status_code)
+        finally:
+            live.stop()
+    return samples
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="a PostgreSQL server (database ci_sizer_bench_ui is made on it)")
+    parser.add_argument(
+        "--sqlite", action="store_true", help="on SQLite instead (loaded through the API, 5 runs a job)"
+    )
     parser.add_argument("--requests", type=int, default=40, help="requests per page per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
     args = parser.parse_args()
 
-    server, owned = _load.server_url(args.database_url)
-    try:
-        url = _load.run(_load.fresh_database(server, "ci_sizer_bench_ui"))
-        print(f"loading {JOBS:,} jobs x {RUNS} runs ...", flush=True)
-        _load.run(_load.load(url, jobs=JOBS, runs_per_job=RUNS, seed=7))
-        _load.run(shape(url))
-        summarise_s = _load.run(summarise_all(url))
-        print(f"{JOBS:,} job summaries computed in {summarise_s:.1f} s", flush=True)
+    if args.sqlite:
+        runs, database = 5, "SQLite"
         with tempfile.TemporaryDirectory() as tmp:
-            live = LiveServer(
-                url, "--sizing-cache-entries", "0", "--log-level", "warning", log=Path(tmp, "serve.log")
-            ).start()
-            try:
-                samples: dict[str, list[float]] = {}
-                with httpx.Client(base_url=live.url, timeout=30) as client:
-                    targets = pages(client)
-                    for path in targets.values():  # warm up: prepared statements, templates
-                        assert client.get(path).status_code == 200, path
-                    for _ in range(args.rounds):
-                        for name, path in targets.items():
-                            for _ in range(args.requests):
-                                started = time.perf_counter()
-                                r = client.get(path)
-                                samples.setdefault(name, []).append((time.perf_counter() - started) * 1000)
-                                assert r.status_code == 200, (path, r.status_code)
-            finally:
-                live.stop()
-    finally:
-        if owned is not None:
-            owned.close()
+            url = f"sqlite:///{tmp}/bench-ui.db"
+            print(f"loading {JOBS:,} jobs x {runs} runs through the API ...", flush=True)
+            load_sqlite(url, runs)
+            summarise_s = _load.run(summarise_all(url.replace("sqlite://", "sqlite+aiosqlite://", 1)))
+            print(f"{JOBS:,} job summaries computed in {summarise_s:.1f} s", flush=True)
+            samples = measure(url, args)
+    else:
+        runs, database = RUNS, "PostgreSQL"
+        server, owned = _load.server_url(args.database_url)
+        try:
+            url = _load.run(_load.fresh_database(server, "ci_sizer_bench_ui"))
+            print(f"loading {JOBS:,} jobs x {RUNS} runs ...", flush=True)
+            _load.run(_load.load(url, jobs=JOBS, runs_per_job=RUNS, seed=7))
+            _load.run(shape(url))
+            summarise_s = _load.run(summarise_all(url))
+            print(f"{JOBS:,} job summaries computed in {summarise_s:.1f} s", flush=True)
+            samples = measure(url, args)
+        finally:
+            if owned is not None:
+                owned.close()
     base = statistics.median(next(iter(samples.values())))
     rows = []
     print(f"\n{'page':<62}{'p50 ms':>9}{'p95 ms':>9}{'x base':>8}")
@@ -180,7 +237,12 @@ def main() -> None:
             "result": "-",
         }
     )
-    save(args.results, "ui", rows, notes=[f"{JOBS:,} jobs x {RUNS} runs, {OVERRIDES} overrides, PostgreSQL"])
+    save(
+        args.results,
+        "ui-sqlite" if args.sqlite else "ui",
+        rows,
+        notes=[f"{JOBS:,} jobs x {runs} runs, {OVERRIDES} overrides, {database}"],
+    )
 
 
 if __name__ == "__main__":

@@ -140,6 +140,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="steps with a job reference take the sizer's recommended limits, read from --database-url",
     )
+    stage.add_argument(
+        "--generation",
+        choices=("doc", "harness"),
+        help="doc: the rules as documented (H1-H7); harness: as Harness CI's source does it (H8-H14)",
+    )
+    stage.add_argument(
+        "--disable-resource-optimization",
+        action="store_true",
+        help="CI_DISABLE_RESOURCE_OPTIMIZATION: every step's limit is its own (H12)",
+    )
+    stage.add_argument(
+        "--extra-addon-resource", action="store_true", help="CI_EXTRA_ADDON_RESOURCE: a 300m/400Mi setup-addon (H13)"
+    )
     stage.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
     stage.add_argument("--json", action="store_true", help="print the API's JSON answer instead of a table")
     sim = sub.add_parser(
@@ -214,11 +227,20 @@ def settings_from(args: argparse.Namespace) -> Any:
 
 def _serve(args: argparse.Namespace) -> None:
     settings = settings_from(args)
-    import os
-
+    metrics_dir = None
     if settings.workers > 1 or os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # before anything imports the metrics: prometheus-client opens its files at import
-        _prepare_multiprocess(settings)
+        metrics_dir = _prepare_multiprocess(settings)
+    try:
+        _serve_with(settings)
+    finally:
+        if metrics_dir is not None:
+            import shutil
+
+            shutil.rmtree(metrics_dir, ignore_errors=True)  # made by _prepare_multiprocess, nothing else
+
+
+def _serve_with(settings: Any) -> None:
     import uvicorn
 
     from .auth import TokensFileError, load_tokens
@@ -252,21 +274,28 @@ def _serve(args: argparse.Namespace) -> None:
     )
 
 
-def _prepare_multiprocess(settings: Any) -> None:
+def _prepare_multiprocess(settings: Any) -> str:
     """Workers are new processes: hand them the settings through CI_SIZER_* and give
-    prometheus-client an empty directory to share metrics through."""
-    import os
-    import shutil
+    prometheus-client an empty directory to share metrics through: one this process creates, inside
+    an operator-set ``PROMETHEUS_MULTIPROC_DIR`` (created if missing) or else in the temporary
+    directory. Nothing already there is read, emptied or deleted; the caller removes the new
+    directory, and only it, at exit. Returns it."""
     import tempfile
 
     for field in type(settings).model_fields:
         value = getattr(settings, field)
         if value is not None:
             os.environ[f"CI_SIZER_{field.upper()}"] = str(value)
-    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or tempfile.mkdtemp(prefix="ci-sizer-metrics-")
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
+    parent = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    try:
+        if parent is not None:
+            os.makedirs(parent, exist_ok=True)
+        directory = tempfile.mkdtemp(prefix="ci-sizer-metrics-", dir=parent)
+    except OSError as exc:
+        where = parent or tempfile.gettempdir()
+        raise CliError(f"cannot create the metrics directory in {where}: {exc.strerror}") from None
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    return directory
 
 
 def _migrate(database_url: str, revision: str, shown_url: str) -> None:
@@ -357,7 +386,10 @@ def _collect(args: argparse.Namespace) -> int:
     if args.flush is not None:
         if not args.url:
             raise CliError("--flush needs --url (or CI_SIZER_URL)")
-        remaining = collector.flush(args.flush, args.url, args.token, say=say)
+        try:
+            remaining = collector.flush(args.flush, args.url, args.token, say=say)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
         if remaining:
             say(f"ci-sizer: {remaining} run(s) still spooled in {args.flush}")
         return 1 if remaining else 0
@@ -391,10 +423,6 @@ def _collect(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any:
     """``model`` from ``raw``, or a CliError listing each bad field (as a JSON pointer with ``pointer``)."""
     from .errors import validation_errors
@@ -424,18 +452,50 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
     except ceilings.CeilingsFileError as exc:
         raise CliError(str(exc)) from None
 
+    from .db import DB_FAULTS
+    from .main import redacted
+
+    shown = redacted(settings.database_url)
+    faults: tuple[type[Exception], ...] = (*DB_FAULTS, OSError)
+
     async def run() -> T:
         engine = build_engine(settings.database_url)
         try:
             async with engine.connect() as conn:
+                await _ensure_migrated(conn, shown)
                 return await read(conn, settings, policy)
+        except faults as exc:  # one line, not the driver's traceback
+            raise CliError(
+                f"cannot read the database {shown}: {type(exc).__name__}: {_first_line(exc)}", code=1
+            ) from None
         finally:
             await engine.dispose()
 
     return asyncio.run(run())
 
 
-_STAGE_FLAGS = ("increase_default_resources", "conservative_addon_limits", "use_recommendations")
+async def _ensure_migrated(conn: Any, shown_url: str) -> None:
+    """A CliError unless the database is at the newest migration this version knows."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
+    from .migrations import alembic_config
+
+    current = await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
+    heads = ScriptDirectory.from_config(alembic_config("")).get_heads()  # only the scripts are read
+    if current in heads:
+        return
+    state = "is not migrated" if current is None else f"is at migration {current}, not the newest ({', '.join(heads)})"
+    raise CliError(f"the database {shown_url} {state}: run `ci-sizer migrate --database-url ...` first", code=1)
+
+
+_STAGE_FLAGS = (
+    "increase_default_resources",
+    "conservative_addon_limits",
+    "use_recommendations",
+    "disable_resource_optimization",
+    "extra_addon_resource",
+)
 
 
 def _stage_body(args: argparse.Namespace) -> Any:
@@ -458,7 +518,10 @@ def _stage_body(args: argparse.Namespace) -> Any:
         raise CliError(f"{name}: expected a mapping with a 'stage' list, or a list of items")
     options = raw.get("options", {})
     if isinstance(options, dict):
-        raw = {**raw, "options": {**options, **{f: True for f in _STAGE_FLAGS if getattr(args, f)}}}
+        flags: dict[str, Any] = {f: True for f in _STAGE_FLAGS if getattr(args, f)}
+        if args.generation is not None:
+            flags["generation"] = args.generation
+        raw = {**raw, "options": {**options, **flags}}
     return _validated(StageCompute, raw, f"{name}: invalid stage", pointer=True)
 
 
@@ -640,3 +703,7 @@ def _backtest(args: argparse.Namespace) -> int:
         took = time.perf_counter() - loaded
         print(f"\nread in {loaded - started:.1f} s, {len(pols)} policies scored in {took:.1f} s")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -387,10 +387,18 @@ def spool(directory: Path, body: dict[str, Any]) -> Path:
 
 
 def flush(directory: Path, url: str, token: str | None, *, say: Callable[[str], None]) -> int:
-    """Send every spooled run; a sent (or refused) one is removed. Returns how many remain."""
+    """Send every spooled run; a sent (or refused) one is removed. Returns how many remain (an
+    unreadable file is reported and kept). A missing directory is a ``ValueError``."""
+    if not directory.is_dir():
+        raise ValueError(f"--flush {directory}: no such directory")
     remaining = 0
     for path in sorted(directory.glob("run-*.json")):
-        body = json.loads(path.read_text())
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            say(f"ci-sizer: {path.name}: not a spooled run, left in place ({type(exc).__name__}: {exc})")
+            remaining += 1
+            continue
         outcome = send(url, token, body, retries=0, backoff=0, say=say)
         if outcome is None:
             remaining += 1

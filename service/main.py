@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from sqlalchemy import text
+from prometheus_client import multiprocess
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -18,12 +19,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from . import __version__, core
 from .api import api_router
 from .api.fastpath import CachedSizing
+from .api.health import check_database
 from .api.paths import RawPathSegments
 from .auth import TokenStore, load_tokens
 from .db import build_engine, build_sessionmaker
 from .errors import PayloadTooLarge, install_error_handlers, problem_response
 from .observability.fleet import FleetTracker
-from .observability.metrics import RUNS_INGESTED, set_build_info
+from .observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from .observability.middleware import Observability
 from .services import ceilings
 from .services.cache import AnswerCache
@@ -131,6 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.write_engine = write_engine
         app.state.analysis_tasks = set()
         set_build_info(core.BACKEND)
+        SIZING_DEADLINE.set(settings.sizing_deadline_ms / 1000)
         await _warm_up(engine)
         write_maker = app.state.write_sessionmaker
         pruner: Pruner = app.state.pruner
@@ -145,6 +148,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     lambda: app.state.summaries.run_once(engine, Policy.of(settings, app.state.ceilings), write_engine),
                 )
             ),
+            asyncio.create_task(_periodic(DATABASE_CHECK_SECONDS, lambda: check_database(engine))),
         ]
         if not settings.is_sqlite:
             app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
@@ -176,6 +180,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await engine.dispose()
             if write_engine is not engine:
                 await write_engine.dispose()
+            if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+                # this worker's live gauges (feed, readiness, backlog) leave the aggregate with it
+                multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
 
     app = FastAPI(
         title="ci-sizer",
@@ -206,15 +213,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+#: seconds between the checks that keep ``ci_sizer_database_ready`` current without a probe
+DATABASE_CHECK_SECONDS = 10.0
+
+
 async def _warm_up(engine: AsyncEngine) -> None:
     """Open a pooled connection now, so the first build does not pay for connection setup;
     a database that is down at startup is not fatal (sizing fails open)."""
-    try:
-        async with asyncio.timeout(5):
-            async with engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-    except Exception as exc:
-        log.warning("database not reachable at startup: %s", type(exc).__name__)
+    failure = await check_database(engine)
+    if failure is not None:
+        log.warning("database not reachable at startup: %s", failure)
 
 
 async def _periodic(every: float, job: Callable[[], Awaitable[object]]) -> None:

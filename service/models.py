@@ -11,6 +11,7 @@ stored, so it is not the shape of any table.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -22,6 +23,8 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     StringConstraints,
     Tag,
     WithJsonSchema,
@@ -504,6 +507,81 @@ class StageJobRef(_Strict):
     container: Name | None = Field(default=None, description="which container of the job; optional when it has one")
 
 
+#: A per-copy value in a looped step's ``cpu``/``memory`` (rule H8): ``<+matrix.KEY>`` or ``<+repeat.item>``.
+STAGE_EXPRESSION = re.compile(r"<\+(?:matrix\.[A-Za-z_][A-Za-z0-9_]*|repeat\.item)>")
+_STAGE_SCALAR = str | int | float | bool
+_MATRIX_WORDS = ("exclude", "maxConcurrency", "nodeName")
+
+
+def _matrix(v: dict[str, Any]) -> dict[str, Any]:
+    """A Harness ``matrix``: axes (a key and a list of values), optional ``exclude`` (a list of
+    partial combinations) and ``maxConcurrency`` (rule H8)."""
+    axes = {k: a for k, a in v.items() if k not in _MATRIX_WORDS}
+    if not axes:
+        raise ValueError("a matrix needs at least one axis (a key with a list of values)")
+    for key, values in axes.items():
+        if not isinstance(values, list) or not values:
+            raise ValueError(f"axis {key!r}: a non-empty list of values")
+        if any(isinstance(x, dict | list) or x is None for x in values):
+            raise ValueError(f"axis {key!r}: values are strings or numbers")
+    exclude = v.get("exclude", [])
+    if not isinstance(exclude, list) or any(
+        not isinstance(e, dict) or not e or any(isinstance(x, dict | list) or x is None for x in e.values())
+        for e in exclude
+    ):
+        raise ValueError("exclude: a list of partial combinations ({axis: value, ...})")
+    k = v.get("maxConcurrency")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise ValueError("maxConcurrency: a whole number of at least 1")
+    if "nodeName" in v and not isinstance(v["nodeName"], str):
+        raise ValueError("nodeName: a string")
+    return v
+
+
+StageMatrix = Annotated[
+    dict[str, Any],
+    AfterValidator(_matrix),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "axes (key: list of values), optional exclude (list of partial combinations) "
+            "and maxConcurrency (default: every combination at once)",
+            "properties": {
+                "exclude": {"type": "array", "items": {"type": "object"}},
+                "maxConcurrency": {"type": "integer", "minimum": 1},
+            },
+            "additionalProperties": {"type": "array"},
+        }
+    ),
+]
+
+
+class StageRepeat(_Strict):
+    times: Annotated[int, Field(strict=True, ge=1)] | None = None
+    items: list[_STAGE_SCALAR] | None = Field(default=None, min_length=1)
+    maxConcurrency: Annotated[int, Field(strict=True, ge=1)] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> StageRepeat:
+        if (self.times is None) == (self.items is None):
+            raise ValueError("repeat takes times or items")
+        return self
+
+
+class StageStrategy(_Strict):
+    """A Harness looping strategy (rule H8): one of ``matrix``, ``parallelism`` or ``repeat``."""
+
+    matrix: StageMatrix | None = None
+    parallelism: Annotated[int, Field(strict=True, ge=1, le=STAGE_MAX_ITEMS)] | None = None
+    repeat: StageRepeat | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> StageStrategy:
+        if sum(x is not None for x in (self.matrix, self.parallelism, self.repeat)) != 1:
+            raise ValueError("a strategy is one of matrix, parallelism or repeat")
+        return self
+
+
 class StageStep(_Strict):
     name: Name | None = None
     cpu: StageCpu | None = None
@@ -512,6 +590,43 @@ class StageStep(_Strict):
         default=False, description="its own container for the whole stage (rule H4)"
     )
     job: StageJobRef | None = None
+    strategy: StageStrategy | None = Field(
+        default=None, description="looped into copies (rules H8-H10; generation harness)"
+    )
+    non_ci: Annotated[bool, Field(strict=True)] = Field(
+        default=False,
+        description="an approval or a shell script run on the delegate: no container, no request (rule H11; "
+        "generation harness)",
+    )
+    #: ``cpu``/``memory`` as written (the quantity text, or a ``<+matrix.KEY>`` expression): the
+    #: harness generation rounds them as the source does (H14), and copies resolve expressions (H8)
+    _raw: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _keep_raw(cls, data: Any, handler: ModelWrapValidatorHandler[StageStep]) -> StageStep:
+        raw: dict[str, Any] = {}
+        if isinstance(data, dict):
+            data = dict(data)
+            for field in ("cpu", "memory"):
+                value = data.get(field)
+                if value is not None:
+                    raw[field] = value
+                if isinstance(value, str) and STAGE_EXPRESSION.fullmatch(value):
+                    data[field] = None  # resolved per copy by the service
+        step = handler(data)
+        if raw:
+            step._raw = raw
+        return step
+
+    @model_validator(mode="after")
+    def _non_ci(self) -> StageStep:
+        if self.non_ci and (self.background or self.job is not None or self._raw_given()):
+            raise ValueError("a non-CI step has no container: no cpu, memory, background or job")
+        return self
+
+    def _raw_given(self) -> bool:
+        return self.cpu is not None or self.memory is not None
 
 
 class StageParallel(_Strict):
@@ -522,6 +637,9 @@ class StageParallel(_Strict):
 class StageGroup(_Strict):
     name: Name | None = None
     group: list[StageItem] = Field(min_length=1, description="items run in sequence")
+    strategy: StageStrategy | None = Field(
+        default=None, description="looped into copies (rules H8-H10; generation harness)"
+    )
 
 
 def _stage_item_tag(v: Any) -> str:
@@ -553,6 +671,17 @@ class StageOptions(_Strict):
     )
     use_recommendations: Annotated[bool, Field(strict=True)] = Field(
         default=False, description="steps with a job reference take the sizer's recommended limits (rule H1)"
+    )
+    generation: Literal["doc", "harness"] = Field(
+        default="doc",
+        description="doc: the rules as the seed document states them (H1-H7); harness: as Harness CI's "
+        "source does it (H8-H14: looping strategies, non-CI steps, its parallel divisor and rounding)",
+    )
+    disable_resource_optimization: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="CI_DISABLE_RESOURCE_OPTIMIZATION: every step's limit is its own (rule H12)"
+    )
+    extra_addon_resource: Annotated[bool, Field(strict=True)] = Field(
+        default=False, description="CI_EXTRA_ADDON_RESOURCE: the setup-addon init container is 300m/400Mi (rule H13)"
     )
 
 
@@ -612,6 +741,31 @@ class StageStepPublic(BaseModel):
     cpu: StageCpuPublic
     memory: StageMemoryPublic
     source: StageSourcePublic
+    iteration: str | None = Field(
+        default=None,
+        description="which copy of a looped step or group (H8): each enclosing loop's index, outermost first",
+    )
+
+
+class StageNonCiPublic(BaseModel):
+    name: str
+    path: str = Field(description="JSON pointer of the step in the request body")
+    iteration: str | None = None
+
+
+class StageInitPublic(BaseModel):
+    name: str
+    cpu: StageCpuPublic
+    memory: StageMemoryPublic
+
+
+class StageLoopPublic(BaseModel):
+    name: str
+    path: str = Field(description="JSON pointer of the looped step or group in the request body")
+    iteration: str | None = Field(default=None, description="which copy of an enclosing loop this loop is in")
+    copies: int
+    max_concurrency: int = Field(description="how many copies run at once: their requests are added up (H9)")
+    request: StageTotalPublic = Field(description="the top max_concurrency copies by request, added up (H9)")
 
 
 class StageDeciderPublic(BaseModel):
@@ -629,6 +783,13 @@ class StagePublic(BaseModel):
         description="the pod's scheduling request and its sum of limits (H6)"
     )
     steps: list[StageStepPublic] = Field(description="every step in order, background steps included")
+    non_ci_steps: list[StageNonCiPublic] = Field(
+        default_factory=list, description="approvals and delegate scripts: no container, no request (H11)"
+    )
+    loops: list[StageLoopPublic] = Field(default_factory=list, description="every looped step or group (H8, H9)")
+    init_containers: list[StageInitPublic] = Field(
+        default_factory=list, description="the setup-addon init container (H13)"
+    )
     decided_by: dict[Literal["cpu", "memory"], StageDeciderPublic]
     options: StageOptions
     degraded: bool = Field(description="recommendations were wanted but the database failed or was slow")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 
@@ -28,18 +29,43 @@ def step_series(points: Sequence[tuple[float, float]], end: float, every: float)
     return out
 
 
+#: time units for the x axis, smallest first: (label, seconds)
+_UNITS = (("seconds", 1.0), ("minutes", 60.0), ("hours", 3600.0), ("days", 86400.0))
+
+
+def time_axis(span_seconds: float, max_ticks: int = 8) -> tuple[str, float, list[float]]:
+    """The x axis of a ``span_seconds`` window: the largest unit that holds at least two of it,
+    and ticks (in seconds) at round steps of that unit (1, 2 or 5 times a power of ten), at most
+    ``max_ticks`` of them; so a 20-minute window reads 0, 5, 10, 15, 20 minutes, not 0, 0, 0 hours."""
+    label, scale = next(((u, s) for u, s in reversed(_UNITS) if span_seconds / s >= 2), _UNITS[0])
+    span = span_seconds / scale
+    raw = span / max(max_ticks - 1, 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    count = int(span / step + 1e-9)
+    return label, scale, [k * step * scale for k in range(count + 1)]
+
+
+def round_ticks(span: float, max_ticks: int = 8) -> list[float]:
+    """Ticks from 0 to ``span`` at a round step (1, 2 or 5 times a power of ten), at most ``max_ticks``."""
+    raw = span / max(max_ticks - 1, 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return [k * step for k in range(int(span / step + 1e-9) + 1)]
+
+
 def line_panels(
     title: str,
     panels: Sequence[tuple[str, dict[str, list[tuple[float, float]]]]],
     *,
-    x_label: str = "hours",
-    x_scale: float = 3600.0,
     width: int = 900,
     panel_height: int = 180,
     markers: Sequence[tuple[int, str, list[tuple[float, float]]]] = (),
+    x_label: str | None = None,
 ) -> str:
-    """Stacked panels sharing the x axis; each panel maps a series name to ``(x, y)`` points.
-    ``markers``: ``(panel index, name, points)`` drawn as red crosses, named under the legend."""
+    """Stacked panels sharing the x axis (seconds, shown in a unit that suits the window; or, with
+    ``x_label``, plain numbers such as run indexes); each panel maps a series name to ``(x, y)``
+    points. ``markers``: ``(panel index, name, points)`` drawn as red crosses, named in the legend."""
     left, right, top, gap = 60, 160, 40, 46
     height = top + len(panels) * (panel_height + gap) + 10
     plot_w = width - left - right
@@ -84,12 +110,14 @@ def line_panels(
             if pts:
                 ly = y0 + 29 + 16 * (len(series) + m)
                 out.append(f'<text x="{left + plot_w + 14}" y="{ly}" fill="#d00">x {escape(name)}</text>')
-    ticks = 7
+    if x_label is None:
+        x_label, x_scale, ticks = time_axis(x_max)
+    else:
+        x_scale, ticks = 1.0, round_ticks(x_max)
     base_x = top + len(panels) * (panel_height + gap) - gap + 14
-    for k in range(ticks + 1):
-        x = x_max * k / ticks
+    for x in ticks:
         out.append(
-            f'<text x="{left + plot_w * k / ticks:.1f}" y="{base_x}" text-anchor="middle" fill="#777">{x / x_scale:.0f}</text>'
+            f'<text x="{left + plot_w * x / x_max:.1f}" y="{base_x}" text-anchor="middle" fill="#777">{x / x_scale:.4g}</text>'
         )
     out.append(f'<text x="{left + plot_w / 2}" y="{base_x + 14}" text-anchor="middle" fill="#555">{x_label}</text>')
     out.append("</svg>")

@@ -153,8 +153,12 @@ def _exprs(repo_root: Path) -> list[str]:
     return [t["expr"] for p in _dashboard(repo_root)["panels"] for t in p["targets"]]
 
 
+#: Grafana's interval variables, given a value so that a dashboard query parses as PromQL
+_GRAFANA_VARIABLES = re.compile(r"\$__(rate_interval|interval|range)\b")
+
+
 def _metric_names(expr: str) -> set[str]:
-    tree = repr(promql_parser.parse(expr))
+    tree = repr(promql_parser.parse(_GRAFANA_VARIABLES.sub("1m", expr)))
     return set(re.findall(r'VectorSelector \{\s*name: Some\(\s*"([^"]+)"', tree))
 
 
@@ -182,28 +186,69 @@ def test_every_dashboard_query_parses_and_uses_exported_metrics(repo_root: Path)
         assert names <= exported, (expr, names - exported)
 
 
+def test_dashboard_ranges_follow_the_scrape_interval(repo_root: Path) -> None:
+    # $__rate_interval (at least four scrape intervals) rather than a fixed [5m]
+    for expr in _exprs(repo_root):
+        for window in re.findall(r"\[([^\]]*)\]", expr):
+            assert window == "$__rate_interval", expr
+
+
+def test_dashboard_has_cache_and_analyses_panels(repo_root: Path) -> None:
+    names = set().union(*(_metric_names(e) for e in _exprs(repo_root)))
+    assert {
+        "ci_sizer_sizing_cache_lookups_total",
+        "ci_sizer_analyses_total",
+        "ci_sizer_analyses_running",
+        "ci_sizer_change_feed_up",
+        "ci_sizer_database_ready",
+        "ci_sizer_retention_backlog_jobs",
+    } <= names
+
+
+def test_panels_link_to_every_alert(repo_root: Path) -> None:
+    # Grafana's rule list takes a `rule:NAME` search term (grafana/grafana,
+    # public/app/features/alerting/unified/search/rulesSearchParser.ts)
+    rules = yaml.safe_load((repo_root / "prometheus/rules/ci-sizer.yml").read_text())
+    alerts = {r["alert"] for g in rules["groups"] for r in g["rules"]}
+    linked = set()
+    for p in _dashboard(repo_root)["panels"]:
+        for link in p.get("links", []):
+            m = re.fullmatch(r"/alerting/list\?search=rule:(\w+)", link["url"])
+            assert m, link
+            assert m.group(1) in alerts, link  # a link to an alert that exists
+            assert link["title"] == f"Alert rule: {m.group(1)}"
+            linked.add(m.group(1))
+    assert linked == alerts
+
+
 def test_promql_check_catches_mistakes() -> None:
     with pytest.raises(ValueError, match="parenthesis"):
         promql_parser.parse("sum(rate(ci_sizer_http_requests_total[5m])")
     assert _metric_names("rate(ci_sizer_nope_total[5m])") - _exported_series() == {"ci_sizer_nope_total"}
 
 
-async def test_every_panel_queries_a_real_series(client: httpx.AsyncClient, repo_root: Path) -> None:
+async def test_every_panel_queries_a_real_series(client: httpx.AsyncClient, repo_root: Path, db_url: str) -> None:
     await post_runs(client, run(1), run(2, container(oom_killed=True)))
     await sizing(client)
     present = {name for name, _ in await scrape(client)}
+    # SQLite has no change feed, so no ci_sizer_change_feed_up (an alert on it must not fire there)
+    absent = set() if db_url.startswith("postgresql") else {"ci_sizer_change_feed_up"}
     for expr in _exprs(repo_root):
-        for name in _metric_names(expr):
+        for name in _metric_names(expr) - absent:
             assert name in present, (expr, name)
 
 
 def test_dashboard_datasource_and_scrape_config_are_wired(repo_root: Path) -> None:
-    uid = yaml.safe_load((repo_root / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"][0][
-        "uid"
-    ]
+    # a datasource template variable, not a fixed uid: the dashboard imports into any Grafana
+    provisioned = yaml.safe_load((repo_root / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    assert provisioned["datasources"][0]["type"] == "prometheus"
+    (variable,) = [v for v in _dashboard(repo_root)["templating"]["list"] if v["type"] == "datasource"]
+    assert variable["query"] == "prometheus"
+    ref = {"type": "prometheus", "uid": "${" + variable["name"] + "}"}
     for p in _dashboard(repo_root)["panels"]:
-        assert p["datasource"]["uid"] == uid
-        assert all(t["datasource"]["uid"] == uid for t in p["targets"])
+        assert p["datasource"] == ref, p["title"]
+        assert all(t["datasource"] == ref for t in p["targets"]), p["title"]
+    assert provisioned["datasources"][0]["uid"] not in (repo_root / "grafana/dashboards/ci-sizer.json").read_text()
     prom = yaml.safe_load((repo_root / "prometheus/prometheus.yml").read_text())
     target = prom["scrape_configs"][0]["static_configs"][0]["targets"][0]
     compose = yaml.safe_load((repo_root / "docker-compose.yml").read_text())
@@ -223,8 +268,15 @@ def _free_port() -> int:
 
 
 def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
+    """Two workers: counters summed across both; each worker's process_* and python_info kept,
+    labelled pid; an operator-set PROMETHEUS_MULTIPROC_DIR is never emptied or deleted: the service
+    works in a directory it creates there, and removes only that one at exit."""
+    operator_dir = tmp_path / "prom"
+    (operator_dir / "other-service").mkdir(parents=True)
+    (operator_dir / "other-service" / "counter_1.db").write_bytes(b"not ours")
+    (operator_dir / "notes.txt").write_text("keep me")
     port = _free_port()
-    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom")}
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(operator_dir)}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -256,11 +308,44 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
         with httpx.Client(base_url=base, timeout=5) as c:
             for _ in range(40):
                 assert c.get("/api/v1/sizing/a/b/c/d").status_code == 200
-            snapshot = samples(c.get("/metrics").text)
+            text = c.get("/metrics").text
+            pids_seen = set()
+            for _ in range(20):  # whichever worker answers, every worker's process is there
+                families = {f.name: f for f in text_string_to_metric_families(c.get("/metrics").text)}
+                pids = {s.labels["pid"] for s in families["process_resident_memory_bytes"].samples}
+                pids_seen |= pids
+                assert len(pids) >= 3, pids  # two workers and their supervisor
+                assert {s.labels["pid"] for s in families["python_info"].samples} == pids
+                assert {s.labels["pid"] for s in families["process_cpu_seconds"].samples} == pids
+        assert len(pids_seen) == len(pids)  # the same processes at every scrape
+        snapshot = samples(text)
         served = value(snapshot, "ci_sizer_http_requests_total", route=SIZING_ROUTE, method="GET", status_class="2xx")
         assert served == 40  # summed across both workers' files
         assert value(snapshot, "ci_sizer_recommendations_total", phase="unknown", override_scope="global") == 40
-        assert len(list((tmp_path / "prom").iterdir())) >= 2  # both workers wrote their values
+        (ours,) = [p for p in operator_dir.iterdir() if p.name.startswith("ci-sizer-metrics-")]
+        assert len(list(ours.glob("counter_*.db"))) >= 2  # both workers wrote their values
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+    assert proc.returncode == 0
+    # what was there before is untouched; the directory the service made is gone
+    assert sorted(p.name for p in operator_dir.iterdir()) == ["notes.txt", "other-service"]
+    assert (operator_dir / "notes.txt").read_text() == "keep me"
+    assert (operator_dir / "other-service" / "counter_1.db").read_bytes() == b"not ours"
+
+
+def test_multiprocess_dir_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    proc = subprocess.run(
+        [sys.executable, "-m", "service", "serve", "--workers", "2", "--database-url", f"sqlite:///{tmp_path}/w.db"],
+        env={**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(blocker / "sub")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"ci-sizer: error: cannot create the metrics directory in {blocker / 'sub'}: Not a directory"
+    ]
+    assert blocker.read_text() == ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .. import __version__, core
 from ..errors import Unavailable, problem_responses
+from ..observability.metrics import DATABASE_READY
 
 router = APIRouter(tags=["health"])
 
@@ -39,13 +41,24 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", response_model=Health, responses=problem_responses(Unavailable))
 async def readyz(request: Request) -> dict[str, str]:
     """The database answers."""
-    engine: AsyncEngine = request.app.state.engine
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(text("SELECT 1"))
-    except Exception as exc:  # any failure to reach the database means "not ready"
-        raise Unavailable(f"database not ready: {type(exc).__name__}", headers={"Retry-After": "2"}) from None
+    failure = await check_database(request.app.state.engine)
+    if failure is not None:
+        raise Unavailable(f"database not ready: {failure}", headers={"Retry-After": "2"})
     return {"status": "ready"}
+
+
+async def check_database(engine: AsyncEngine, timeout: float = 5.0) -> str | None:
+    """``None`` when the database answers ``SELECT 1`` within ``timeout``, else the failure's class
+    name; sets ``ci_sizer_database_ready`` either way."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+    except Exception as exc:  # any failure to reach the database means "not ready"
+        DATABASE_READY.set(0)
+        return type(exc).__name__
+    DATABASE_READY.set(1)
+    return None
 
 
 @router.get("/api/v1/info", response_model=Info, tags=["info"])

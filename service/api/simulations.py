@@ -117,7 +117,7 @@ async def _launch(
     analysis_id = await analyses.create(
         engine=engine, kind=kind, request=body.model_dump(mode="json"), created_by=principal.name
     )
-    analyses.start(request.app.state.analysis_tasks, engine=engine, analysis_id=analysis_id, prepare=prepare)
+    analyses.start(request.app.state.analysis_tasks, engine=engine, analysis_id=analysis_id, prepare=prepare, kind=kind)
     response.headers["Location"] = f"/api/v1/{kind}s/{analysis_id}"
     return await _get(request, analysis_id, kind, principal)
 

@@ -166,6 +166,18 @@ STEP = 0
 BACKGROUND = 1
 PARALLEL = 2
 GROUP = 3
+#: A looped step or group (rules H8-H10): its children are the copies, its value the maxConcurrency.
+LOOP = 4
+#: A step without a container (an approval, a shell script on the delegate; rule H11).
+NON_CI = 5
+
+
+def _loop_request(copies: list[int], plain: list[int], requests: list[int], concurrency: int) -> int:
+    """Rule H9: the copies sorted by their request, largest first (equal ones the later copy first,
+    as the source's comparator, which never answers "equal", leaves them), and the first
+    ``min(concurrency, len(copies))`` of them added up."""
+    ranked = sorted(copies, key=lambda c: (plain[c], c), reverse=True)
+    return sum(requests[c] for c in ranked[:concurrency])
 
 
 def compose_stage(
@@ -175,16 +187,25 @@ def compose_stage(
     addon: int,
     step_request: int,
     conservative: bool,
+    init: int = 0,
+    harness: bool = False,
+    no_extra: bool = False,
 ) -> tuple[list[int], list[int], int, int, int, int, int]:
     """Requests and final limits of every item of a stage, and the stage's totals.
 
     Returns ``(requests, limits, stage, container, with_background, pod_request, pod_limit)``:
-    per item its request (H2: a step its limit, a background step 0, a parallel block the sum of
-    its children, a group their max) and its final limit (H5: for a step the limit handed back to
-    it, for a background step its own value, for a block the room it hands down); ``stage`` the max
+    per item its request (H2: a step its limit, a background or non-CI step 0, a parallel block the
+    sum of its children, a group their max; H9: a loop the top ``min(maxConcurrency, n)`` of its
+    copies) and its final limit (H5/H10: for a step the limit handed back to it, for a background
+    step its own value, for a non-CI step 0, for a block the room it hands down); ``stage`` the max
     over the top-level items; ``container`` the stage container's request = limit (H3);
     ``with_background`` the container plus every background container (H4); ``pod_request`` the
-    pod's scheduling request and ``pod_limit`` its sum of limits (H6).
+    pod's scheduling request and ``pod_limit`` its sum of limits (H6), each at least ``init``, the
+    largest init container (H13).
+
+    ``harness`` counts the members of a parallel block as the source does (H10: a block or group
+    counts when it holds a step that is not a background step); ``no_extra`` hands nothing back
+    (H12: every step's limit is its own).
 
     Raises ``ValueError`` when the arrays do not describe a tree.
     """
@@ -192,42 +213,75 @@ def compose_stage(
     if len(counts) != n or len(values) != n:
         raise ValueError("kinds, counts and values differ in length")
     requests = [0] * n
-    foreground = [0] * n  # non-background direct children of a parallel block
+    plain = [0] * n  # H10: the request of each copy standing alone; a loop: its largest copy
+    psum = [0] * n  # as ``plain``, but a loop: the sum of its copies (what a parallel block adds up)
+    eligible = [False] * n  # H10 (harness): holds a step that is not a background step
+    sections = [0] * n  # how many members of a parallel block this item is and counts as (H5/H10)
+    foreground = [0] * n  # a parallel block: its counted members
     done: list[int] = []  # roots of finished subtrees, the first child on top
     for i in range(n - 1, -1, -1):
         kind, count = kinds[i], counts[i]
-        if kind == STEP or kind == BACKGROUND:
+        if kind in (STEP, BACKGROUND, NON_CI):
             if count != 0 or values[i] < 0:
                 raise ValueError(f"item {i}: a step has no children and a non-negative value")
-            requests[i] = values[i] if kind == STEP else 0
-        elif kind == PARALLEL or kind == GROUP:
+            requests[i] = plain[i] = psum[i] = values[i] if kind == STEP else 0
+            eligible[i] = kind != BACKGROUND
+        elif kind in (PARALLEL, GROUP, LOOP):
             if count < 1 or count > len(done):
                 raise ValueError(f"item {i}: a block needs 1 to {len(done)} children, not {count}")
-            total = top = fg = 0
-            for _ in range(count):
-                child = done.pop()
-                total += requests[child]
-                top = max(top, requests[child])
-                fg += kinds[child] != BACKGROUND
-            requests[i] = total if kind == PARALLEL else top
-            foreground[i] = fg
+            children = [done.pop() for _ in range(count)]
+            if kind == LOOP:
+                if values[i] < 1:
+                    raise ValueError(f"item {i}: a loop runs at least 1 copy at once, not {values[i]}")
+                if any(kinds[c] not in (STEP, BACKGROUND, NON_CI, GROUP) for c in children):
+                    raise ValueError(f"item {i}: a loop copies steps or groups only")
+                requests[i] = _loop_request(children, plain, requests, values[i])
+                plain[i] = max(plain[c] for c in children)
+                psum[i] = sum(plain[c] for c in children)
+                sections[i] = sum(sections[c] for c in children)
+            elif kind == PARALLEL:
+                requests[i] = sum(requests[c] for c in children)
+                plain[i] = psum[i] = sum(psum[c] for c in children)
+                foreground[i] = sum(sections[c] for c in children)
+            else:
+                requests[i] = max(requests[c] for c in children)
+                plain[i] = psum[i] = max(plain[c] for c in children)
+            eligible[i] = any(eligible[c] for c in children)
         else:
             raise ValueError(f"item {i}: unknown kind {kind}")
+        if kind != LOOP:
+            sections[i] = int(eligible[i]) if harness else int(kind != BACKGROUND)
         done.append(i)
     stage = max((requests[i] for i in done), default=0)
     limits = [0] * n
+    share = [0] * n  # a parallel block: what it hands each counted member
     # preorder walk: the open blocks and how many of their children are still to come
     open_blocks: list[int] = []
     left: list[int] = []
     for i in range(n):
         parent = open_blocks[-1] if open_blocks else -1
-        if kinds[i] == BACKGROUND:
+        copy = parent >= 0 and kinds[parent] == LOOP
+        context = open_blocks[-2] if copy and len(open_blocks) > 1 else (-1 if copy else parent)
+        in_parallel = context >= 0 and kinds[context] == PARALLEL
+        room = stage if context < 0 else limits[context]  # the room of the enclosing sequence
+        kind = kinds[i]
+        if kind == BACKGROUND:
             limits[i] = values[i]
-        elif parent >= 0 and kinds[parent] == PARALLEL:
-            spare = max(0, limits[parent] - requests[parent])
-            limits[i] = requests[i] + spare // foreground[parent]
-        else:  # top level, or inside a group: the room of the enclosing sequence
-            limits[i] = stage if parent < 0 else limits[parent]
+        elif kind == NON_CI:
+            limits[i] = 0
+        elif kind == STEP:
+            if no_extra or copy:
+                limits[i] = values[i]
+            elif in_parallel:
+                limits[i] = values[i] + share[context]
+            else:
+                limits[i] = values[i] + max(0, room - values[i])
+        elif kind == LOOP:
+            limits[i] = share[context] if in_parallel else room
+        else:  # a group or a parallel block: the room it hands down
+            limits[i] = psum[i] + share[context] if in_parallel else room
+            if kind == PARALLEL and foreground[i] > 0:
+                share[i] = max(0, limits[i] - psum[i]) // foreground[i]
         if parent >= 0:
             left[-1] -= 1
         if counts[i] > 0:
@@ -239,8 +293,8 @@ def compose_stage(
     container = addon if conservative else stage + addon
     background = sum(values[i] for i in range(n) if kinds[i] == BACKGROUND)
     steps = [i for i in range(n) if kinds[i] == STEP]
-    pod_request = container + step_request * len(steps) + background
-    pod_limit = container + sum(limits[i] for i in steps) + background
+    pod_request = max(init, container + step_request * len(steps) + background)
+    pod_limit = max(init, container + sum(limits[i] for i in steps) + background)
     return requests, limits, stage, container, container + background, pod_request, pod_limit
 
 

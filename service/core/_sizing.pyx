@@ -374,10 +374,22 @@ STEP = 0
 BACKGROUND = 1
 PARALLEL = 2
 GROUP = 3
+LOOP = 4
+NON_CI = 5
 
 
-def compose_stage(kinds, counts, values, long long addon, long long step_request, bint conservative):
-    """Rules H2-H6 for one resource over a preorder-flattened stage (see ``_reference``)."""
+def compose_stage(
+    kinds,
+    counts,
+    values,
+    long long addon,
+    long long step_request,
+    bint conservative,
+    long long init=0,
+    bint harness=False,
+    bint no_extra=False,
+):
+    """Rules H2-H6 and H8-H13 for one resource over a preorder-flattened stage (see ``_reference``)."""
     cdef Py_ssize_t n = len(kinds)
     if len(counts) != n or len(values) != n:
         raise ValueError("kinds, counts and values differ in length")
@@ -386,44 +398,98 @@ def compose_stage(kinds, counts, values, long long addon, long long step_request
     cdef long long* count = <long long*>malloc(size * sizeof(long long))
     cdef long long* value = <long long*>malloc(size * sizeof(long long))
     cdef long long* req = <long long*>malloc(size * sizeof(long long))
+    cdef long long* plain = <long long*>malloc(size * sizeof(long long))
+    cdef long long* psum = <long long*>malloc(size * sizeof(long long))
+    cdef long long* elig = <long long*>malloc(size * sizeof(long long))
+    cdef long long* sections = <long long*>malloc(size * sizeof(long long))
     cdef long long* lim = <long long*>malloc(size * sizeof(long long))
     cdef long long* fg = <long long*>malloc(size * sizeof(long long))
+    cdef long long* share = <long long*>malloc(size * sizeof(long long))
     cdef Py_ssize_t* stack = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
+    cdef Py_ssize_t* ranked = <Py_ssize_t*>malloc(size * sizeof(Py_ssize_t))
     cdef long long* left = <long long*>malloc(size * sizeof(long long))
-    cdef Py_ssize_t i, j, top_n = 0, depth = 0, parent
-    cdef long long c, total, top, m, spare, stage = 0, container, background = 0, step_n = 0, step_sum = 0
+    cdef Py_ssize_t i, j, k, c, r, top_n = 0, depth = 0, parent, context
+    cdef long long total, top, ptotal, ptop, m, e, room, k_copies, stage = 0, container
+    cdef long long background = 0, step_n = 0, step_sum = 0, pod_request, pod_limit
+    cdef bint copy, in_parallel
     try:
-        if (kind == NULL or count == NULL or value == NULL or req == NULL or lim == NULL or fg == NULL
-                or stack == NULL or left == NULL):
+        if (kind == NULL or count == NULL or value == NULL or req == NULL or plain == NULL or psum == NULL
+                or elig == NULL or sections == NULL or lim == NULL or fg == NULL or share == NULL
+                or stack == NULL or ranked == NULL or left == NULL):
             raise MemoryError()
         for i in range(n):
             kind[i] = kinds[i]
             count[i] = counts[i]
             value[i] = values[i]
+            fg[i] = 0
+            share[i] = 0
         for i in range(n - 1, -1, -1):
             c = count[i]
-            if kind[i] == 0 or kind[i] == 1:
+            if kind[i] == 0 or kind[i] == 1 or kind[i] == 5:
                 if c != 0 or value[i] < 0:
                     raise ValueError(f"item {i}: a step has no children and a non-negative value")
                 req[i] = value[i] if kind[i] == 0 else 0
-                fg[i] = 0
-            elif kind[i] == 2 or kind[i] == 3:
+                plain[i] = req[i]
+                psum[i] = req[i]
+                elig[i] = kind[i] != 1
+            elif kind[i] == 2 or kind[i] == 3 or kind[i] == 4:
                 if c < 1 or c > top_n:
                     raise ValueError(f"item {i}: a block needs 1 to {top_n} children, not {c}")
+                if kind[i] == 4 and value[i] < 1:
+                    raise ValueError(f"item {i}: a loop runs at least 1 copy at once, not {value[i]}")
                 total = 0
                 top = 0
+                ptotal = 0
+                ptop = 0
                 m = 0
+                e = 0
                 for j in range(c):
                     top_n -= 1
-                    total += req[stack[top_n]]
-                    if req[stack[top_n]] > top:
-                        top = req[stack[top_n]]
-                    if kind[stack[top_n]] != 1:
-                        m += 1
-                req[i] = total if kind[i] == 2 else top
-                fg[i] = m
+                    k = stack[top_n]
+                    if kind[i] == 4 and not (kind[k] == 0 or kind[k] == 1 or kind[k] == 5 or kind[k] == 3):
+                        raise ValueError(f"item {i}: a loop copies steps or groups only")
+                    ranked[j] = k
+                    total += req[k]
+                    if req[k] > top:
+                        top = req[k]
+                    ptotal += psum[k] if kind[i] == 2 else plain[k]
+                    if plain[k] > ptop:
+                        ptop = plain[k]
+                    m += sections[k]
+                    if elig[k]:
+                        e = 1
+                if kind[i] == 4:
+                    # H9: largest plain request first, equal ones the later copy first; insertion sort
+                    for j in range(1, c):
+                        k = ranked[j]
+                        r = j - 1
+                        while r >= 0 and (plain[ranked[r]] < plain[k]
+                                          or (plain[ranked[r]] == plain[k] and ranked[r] < k)):
+                            ranked[r + 1] = ranked[r]
+                            r -= 1
+                        ranked[r + 1] = k
+                    k_copies = value[i] if value[i] < c else c
+                    total = 0
+                    for j in range(k_copies):
+                        total += req[ranked[j]]
+                    req[i] = total
+                    plain[i] = ptop
+                    psum[i] = ptotal
+                    sections[i] = m
+                elif kind[i] == 2:
+                    req[i] = total
+                    plain[i] = ptotal
+                    psum[i] = ptotal
+                    fg[i] = m
+                else:
+                    req[i] = top
+                    plain[i] = ptop
+                    psum[i] = ptop
+                elig[i] = e
             else:
                 raise ValueError(f"item {i}: unknown kind {kind[i]}")
+            if kind[i] != 4:
+                sections[i] = elig[i] if harness else kind[i] != 1
             stack[top_n] = i
             top_n += 1
         for j in range(top_n):
@@ -432,19 +498,34 @@ def compose_stage(kinds, counts, values, long long addon, long long step_request
         # preorder walk; ``stack`` now holds the open blocks, ``left`` their children still to come
         for i in range(n):
             parent = stack[depth - 1] if depth > 0 else -1
+            copy = parent >= 0 and kind[parent] == 4
+            if copy:
+                context = stack[depth - 2] if depth > 1 else -1
+            else:
+                context = parent
+            in_parallel = context >= 0 and kind[context] == 2
+            room = stage if context < 0 else lim[context]
             if kind[i] == 1:
                 lim[i] = value[i]
                 background += value[i]
-            elif parent >= 0 and kind[parent] == 2:
-                spare = lim[parent] - req[parent]
-                if spare < 0:
-                    spare = 0
-                lim[i] = req[i] + spare // fg[parent]
-            else:
-                lim[i] = stage if parent < 0 else lim[parent]
-            if kind[i] == 0:
+            elif kind[i] == 5:
+                lim[i] = 0
+            elif kind[i] == 0:
+                if no_extra or copy:
+                    lim[i] = value[i]
+                elif in_parallel:
+                    lim[i] = value[i] + share[context]
+                else:
+                    lim[i] = room if room > value[i] else value[i]
                 step_n += 1
                 step_sum += lim[i]
+            elif kind[i] == 4:
+                lim[i] = share[context] if in_parallel else room
+            else:
+                lim[i] = psum[i] + share[context] if in_parallel else room
+                if kind[i] == 2 and fg[i] > 0:
+                    m = lim[i] - psum[i]
+                    share[i] = (m if m > 0 else 0) // fg[i]
             if parent >= 0:
                 left[depth - 1] -= 1
             if count[i] > 0:
@@ -454,23 +535,31 @@ def compose_stage(kinds, counts, values, long long addon, long long step_request
             while depth > 0 and left[depth - 1] == 0:
                 depth -= 1
         container = addon if conservative else stage + addon
+        pod_request = container + step_request * step_n + background
+        pod_limit = container + step_sum + background
         return (
             [req[i] for i in range(n)],
             [lim[i] for i in range(n)],
             stage,
             container,
             container + background,
-            container + step_request * step_n + background,
-            container + step_sum + background,
+            pod_request if pod_request > init else init,
+            pod_limit if pod_limit > init else init,
         )
     finally:
         free(kind)
         free(count)
         free(value)
         free(req)
+        free(plain)
+        free(psum)
+        free(elig)
+        free(sections)
         free(lim)
         free(fg)
+        free(share)
         free(stack)
+        free(ranked)
         free(left)
 
 

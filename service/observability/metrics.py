@@ -2,12 +2,19 @@
 counters, and never a label per org/repo/workflow/job.
 
 Several uvicorn workers: set ``PROMETHEUS_MULTIPROC_DIR`` (``ci-sizer serve --workers N`` does) and
-``/metrics`` aggregates every worker's values with prometheus-client's multiprocess collector.
+``/metrics`` aggregates every worker's values with prometheus-client's multiprocess collector, and
+adds each worker's ``process_*`` and ``python_info``, labelled ``pid``.
+
+Labelled counters are created at import with every label value the service can give them, so a
+``rate()`` over them is 0, not missing, before the first event.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
+from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -15,9 +22,13 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
 from prometheus_client import multiprocess as _multiprocess
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from .. import __version__
 
@@ -74,6 +85,41 @@ SIZING_CACHE = Counter(
     "Sizing requests by whether a fresh cached answer served them (hit) or the database was read (miss).",
     ["result"],
 )
+SIZING_DEADLINE = Gauge(
+    "ci_sizer_sizing_deadline_seconds",
+    "The fail-open deadline of a sizing answer (CI_SIZER_SIZING_DEADLINE_MS), for alerts to compare with.",
+    multiprocess_mode="max",
+)
+CHANGE_FEED_UP = Gauge(
+    "ci_sizer_change_feed_up",
+    "1 while the worker listens for changes committed by other workers and replicas (PostgreSQL), 0 while "
+    "it does not and reads every answer from the database; absent on SQLite (no feed). Worst worker.",
+    ["channel"],
+    multiprocess_mode="livemin",
+)
+DATABASE_READY = Gauge(
+    "ci_sizer_database_ready",
+    "1 when the database answered the worker's last check (at start, on /readyz, and every few seconds), "
+    "else 0. Worst worker.",
+    multiprocess_mode="livemin",
+)
+RETENTION_BACKLOG = Gauge(
+    "ci_sizer_retention_backlog_jobs",
+    "Jobs whose pruning failed in the last retention pass and wait for the next one.",
+    multiprocess_mode="livesum",
+)
+RETENTION_PRUNED = Counter("ci_sizer_retention_pruned_runs_total", "Runs deleted by retention.")
+ANALYSES = Counter(
+    "ci_sizer_analyses_total",
+    "Background analyses finished, by kind and result (done, failed, interrupted by a shutdown).",
+    ["kind", "result"],
+)
+ANALYSES_RUNNING = Gauge(
+    "ci_sizer_analyses_running",
+    "Background analyses running, by kind.",
+    ["kind"],
+    multiprocess_mode="livesum",
+)
 OVERRIDES = Gauge(
     "ci_sizer_overrides",
     "Overrides stored, by scope.",
@@ -114,6 +160,14 @@ EXPORTED = (
     CORE_DURATION,
     DATABASE_ERRORS,
     DEGRADED_ANSWERS,
+    SIZING_CACHE,
+    SIZING_DEADLINE,
+    CHANGE_FEED_UP,
+    DATABASE_READY,
+    RETENTION_BACKLOG,
+    RETENTION_PRUNED,
+    ANALYSES,
+    ANALYSES_RUNNING,
     OVERRIDES,
     BUILD_INFO,
     FLEET_CPU,
@@ -122,15 +176,93 @@ EXPORTED = (
 )
 
 
+#: the label values each labelled counter can take (the routes: those the dashboard and alerts read)
+SIZING_ROUTE = "/api/v1/sizing/{org}/{repo}/{workflow}/{job}"
+INGEST_ROUTES = ("/api/v1/runs", "/api/v1/runs:batch")
+STATUS_CLASSES = ("2xx", "4xx", "5xx")
+INGEST_RESULTS = ("created", "duplicate", "conflict", "rejected")
+PHASES = ("unknown", "learning", "confident")
+OVERRIDE_SCOPES = ("job", "workflow", "repo", "org", "global")
+CACHE_RESULTS = ("hit", "miss")
+CORE_OPERATIONS = ("six_stats", "size_job")
+ANALYSIS_KINDS = ("simulation", "backtest")
+ANALYSIS_RESULTS = ("done", "failed", "interrupted")
+
+
+def _preinitialise() -> None:
+    """Create every known label set, so each series exists (at 0) before its first event."""
+    for status_class in STATUS_CLASSES:
+        HTTP_REQUESTS.labels(route=SIZING_ROUTE, method="GET", status_class=status_class)
+        for route in INGEST_ROUTES:
+            HTTP_REQUESTS.labels(route=route, method="POST", status_class=status_class)
+    HTTP_DURATION.labels(route=SIZING_ROUTE, method="GET")
+    for route in INGEST_ROUTES:
+        HTTP_DURATION.labels(route=route, method="POST")
+    for result in INGEST_RESULTS:
+        RUNS_INGESTED.labels(result=result)
+    for phase in PHASES:
+        for scope in OVERRIDE_SCOPES:
+            RECOMMENDATIONS.labels(phase=phase, override_scope=scope)
+    for result in CACHE_RESULTS:
+        SIZING_CACHE.labels(result=result)
+    for operation in CORE_OPERATIONS:
+        CORE_DURATION.labels(operation=operation)
+    for kind in ANALYSIS_KINDS:
+        ANALYSES_RUNNING.labels(kind=kind)
+        for result in ANALYSIS_RESULTS:
+            ANALYSES.labels(kind=kind, result=result)
+
+
+_preinitialise()
+
+
 def set_build_info(core_backend: str) -> None:
     BUILD_INFO.labels(version=__version__, core_backend=core_backend).set(1)
 
 
+_DB_FILE = re.compile(r"_(\d+)\.db$")
+
+
+class WorkerProcesses(Collector):
+    """``process_*`` and ``python_info`` of each process that writes to the multiprocess directory
+    (the workers, and the supervisor that started them), read from ``/proc`` and labelled ``pid``.
+    A pid is taken only while it is this process, its parent, or a child of its parent, so a pid
+    reused by an unrelated process after a worker died is never read."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _pids(self) -> list[int]:
+        found = {int(m.group(1)) for name in os.listdir(self.directory) if (m := _DB_FILE.search(name))}
+        me, parent = os.getpid(), os.getppid()
+        return sorted(pid for pid in found if pid in (me, parent) or _parent_of(pid) == parent)
+
+    def collect(self) -> Iterable[Metric]:
+        families: dict[str, Metric] = {}
+        platform = list(PlatformCollector(registry=None).collect())  # the same interpreter runs every worker
+        for pid in self._pids():
+            for family in [*ProcessCollector(pid=functools.partial(int, pid), registry=None).collect(), *platform]:
+                out = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
+                for sample in family.samples:
+                    out.add_sample(sample.name, {**sample.labels, "pid": str(pid)}, sample.value)
+        return list(families.values())
+
+
+def _parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return int(stat.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def render() -> tuple[bytes, str]:
     """The exposition text: this process's registry, or every worker's in multiprocess mode."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if directory:
         registry = CollectorRegistry()
         _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(WorkerProcesses(directory))
         return generate_latest(registry), CONTENT_TYPE_LATEST
     from prometheus_client import REGISTRY
 

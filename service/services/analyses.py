@@ -19,6 +19,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ..models import Analysis, to_rfc3339, utcnow
+from ..observability.metrics import ANALYSES, ANALYSES_RUNNING
 
 log = logging.getLogger("ci_sizer.analyses")
 STALE_SECONDS = 60
@@ -59,8 +60,25 @@ async def _set(engine: AsyncEngine, analysis_id: str, **values: Any) -> None:
         )
 
 
-async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> None:
+async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: str) -> None:
     """``prepare()``, then its work in a thread, heartbeating the progress; store the result or the error."""
+    running = ANALYSES_RUNNING.labels(kind=kind)
+    running.inc()
+    try:
+        result = await _run(engine=engine, analysis_id=analysis_id, prepare=prepare)
+    except asyncio.CancelledError:
+        ANALYSES.labels(kind=kind, result="interrupted").inc()
+        raise
+    except Exception:  # its row could not even be written
+        ANALYSES.labels(kind=kind, result="failed").inc()
+        raise
+    finally:
+        running.dec()
+    ANALYSES.labels(kind=kind, result=result).inc()
+
+
+async def _run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> str:
+    """``run`` without the metrics: ``done`` or ``failed`` (an interruption raises ``CancelledError``)."""
     latest = [0.0]
     done = threading.Event()
 
@@ -94,13 +112,16 @@ async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> Non
     except Exception as exc:
         log.exception("analysis %s failed", analysis_id)
         await _set(engine, analysis_id, status="failed", error=f"{type(exc).__name__}: {exc}")
-    else:
-        await _set(engine, analysis_id, status="done", progress=1.0, result=json.dumps(result))
+        return "failed"
+    await _set(engine, analysis_id, status="done", progress=1.0, result=json.dumps(result))
+    return "done"
 
 
-def start(tasks: set[asyncio.Task[None]], *, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> None:
+def start(
+    tasks: set[asyncio.Task[None]], *, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: str
+) -> None:
     """Start ``run`` as a task kept in ``tasks`` (the app's, cancelled at shutdown)."""
-    task = asyncio.create_task(run(engine=engine, analysis_id=analysis_id, prepare=prepare))
+    task = asyncio.create_task(run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind=kind))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
 

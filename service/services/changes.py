@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from ..observability.metrics import CHANGE_FEED_UP
 from .cache import AnswerCache
 from .overrides import ScopeKey
 
@@ -68,6 +69,8 @@ class ChangeFeed:
         self.heartbeat_seconds = heartbeat_seconds
         self.retry_seconds = retry_seconds
         self.listening = asyncio.Event()
+        self.up = CHANGE_FEED_UP.labels(channel=CHANNEL)
+        self.up.set(0)
         cache.trusted = False  # until the first LISTEN is in place
 
     def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
@@ -83,6 +86,7 @@ class ChangeFeed:
 
             def on_lost(_conn: Any, lost: asyncio.Event = lost) -> None:
                 self.cache.trusted = False  # at once: notifications may be missed from here on
+                self.up.set(0)
                 lost.set()
 
             try:
@@ -93,6 +97,7 @@ class ChangeFeed:
                 self.cache.invalidate_all()
                 self.cache.trusted = True
                 self.listening.set()
+                self.up.set(1)
                 delay = self.retry_seconds
                 log.info("listening for sizing changes")
                 while True:
@@ -108,6 +113,7 @@ class ChangeFeed:
             finally:
                 self.cache.trusted = False
                 self.listening.clear()
+                self.up.set(0)
                 if conn is not None:
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(conn.close(), timeout=2)

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
 from ..models import Run
-from ..observability.metrics import DATABASE_ERRORS
+from ..observability.metrics import DATABASE_ERRORS, RETENTION_BACKLOG, RETENTION_PRUNED
 from . import changes
 from .cache import AnswerCache
 from .overrides import ScopeKey
@@ -47,7 +47,7 @@ class Pruner:
         """Prune every noted job; a job that fails stays noted for the next pass. Pruning can
         change a job's answer (its clean-run count, its window), so the job's cached answers
         are invalidated, here and, through the change feed, in other workers."""
-        removed = 0
+        removed = failed = 0
         jobs, self.pending = self.pending, {}
         for job_id, key in sorted(jobs.items()):
             try:
@@ -57,12 +57,15 @@ class Pruner:
                         await changes.publish(session, key, cache.origin)
                     await session.commit()
                 removed += gone
+                RETENTION_PRUNED.inc(gone)
                 if gone:
                     cache.invalidate(key)
             except Exception as exc:
                 DATABASE_ERRORS.inc()
                 log.warning("retention pass failed for a job: %s", type(exc).__name__)
                 self.pending[job_id] = key
+                failed += 1
+        RETENTION_BACKLOG.set(failed)
         if removed:
             log.info("retention removed %d run(s)", removed)
         return removed

@@ -206,7 +206,6 @@ def runs_plot(rows: list[Any], answer: dict[str, Any]) -> str | None:
         f"the newest {len(order)} runs: memory peak, the limit each ran with, the current answer",
         panels,
         x_label="run (oldest to newest)",
-        x_scale=1.0,
         markers=markers,
     )
 
@@ -343,7 +342,6 @@ def backtest_plot(result: dict[str, Any]) -> str | None:
         "memory waste (GiB-h) by OOM-risk runs, per policy",
         [("memory waste (GiB-h)", {"frontier": [(float(x), float(y)) for x, y in frontier]})],
         x_label="OOM-risk runs",
-        x_scale=1.0,
         markers=[(0, "a policy", [(float(x), float(y)) for x, y in points])],
     )
 

@@ -1,0 +1,216 @@
+"""The metrics the alerting rules read (prometheus/rules/ci-sizer.yml): each one moves with what it
+reports, and every labelled counter exists before its first event."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from typing import Any
+
+import asyncpg  # type: ignore[import-untyped]
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import make_url
+
+from service.db import build_engine, build_sessionmaker
+from service.main import create_app
+from service.observability import metrics
+from service.services import analyses
+from service.services.cache import AnswerCache
+from service.services.changes import CHANNEL
+from service.services.overrides import ScopeKey
+from service.services.retention import Pruner
+from service.settings import Settings
+
+from .helpers import run
+from .test_metrics import samples, scrape, value
+
+UNREACHABLE = "postgresql+asyncpg://postgres@127.0.0.1:1/nowhere"
+
+
+def test_labelled_counters_exist_before_their_first_event() -> None:
+    # a fresh process that has served nothing: every label set a dashboard or alert rate() reads is
+    # there at 0, so `rate(...)` is 0 rather than missing (no data) until the first event
+    text = subprocess.run(
+        [sys.executable, "-c", "from service.observability.metrics import render; print(render()[0].decode())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    snapshot = samples(text)
+    expected = [
+        ("ci_sizer_runs_ingested_total", {"result": r}) for r in ("created", "duplicate", "conflict", "rejected")
+    ]
+    expected += [("ci_sizer_sizing_cache_lookups_total", {"result": r}) for r in ("hit", "miss")]
+    expected += [
+        ("ci_sizer_recommendations_total", {"phase": p, "override_scope": s})
+        for p in ("unknown", "learning", "confident")
+        for s in ("job", "workflow", "repo", "org", "global")
+    ]
+    expected += [
+        ("ci_sizer_analyses_total", {"kind": k, "result": r})
+        for k in ("simulation", "backtest")
+        for r in ("done", "failed", "interrupted")
+    ]
+    expected += [
+        ("ci_sizer_http_requests_total", {"route": route, "method": method, "status_class": c})
+        for route, method in (
+            ("/api/v1/sizing/{org}/{repo}/{workflow}/{job}", "GET"),
+            ("/api/v1/runs", "POST"),
+            ("/api/v1/runs:batch", "POST"),
+        )
+        for c in ("2xx", "4xx", "5xx")
+    ]
+    expected += [
+        (
+            "ci_sizer_http_request_duration_seconds_count",
+            {"route": "/api/v1/sizing/{org}/{repo}/{workflow}/{job}", "method": "GET"},
+        ),
+        ("ci_sizer_core_compute_duration_seconds_count", {"operation": "size_job"}),
+    ]
+    for name, labels in expected:
+        key = (name, tuple(sorted(labels.items())))
+        assert key in snapshot, (name, labels)
+        assert snapshot[key] == 0
+
+
+async def test_sizing_deadline_and_database_ready_are_exported(make_client: Any) -> None:
+    async with make_client(sizing_deadline_ms=1234) as client:
+        snapshot = await scrape(client)
+        assert value(snapshot, "ci_sizer_sizing_deadline_seconds") == pytest.approx(1.234)
+        assert value(snapshot, "ci_sizer_database_ready") == 1  # checked at start
+
+
+async def test_database_not_ready_is_exported() -> None:
+    app = create_app(Settings(database_url=UNREACHABLE))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            metrics.DATABASE_READY.set(1)
+            r = await client.get("/readyz")
+            assert r.status_code == 503
+            assert r.headers["content-type"] == "application/problem+json"
+            assert value(await scrape(client), "ci_sizer_database_ready") == 0
+
+
+async def test_the_readiness_gauge_follows_the_database_without_a_probe(db_url: str) -> None:
+    from service.api.health import check_database
+
+    good, bad = build_engine(db_url), build_engine(UNREACHABLE)
+    try:
+        assert await check_database(bad) is not None
+        assert value(samples(metrics.render()[0].decode()), "ci_sizer_database_ready") == 0
+        assert await check_database(good) is None
+        assert value(samples(metrics.render()[0].decode()), "ci_sizer_database_ready") == 1
+    finally:
+        await good.dispose()
+        await bad.dispose()
+
+
+async def test_change_feed_gauge_follows_the_listening_connection(make_client: Any, db_url: str) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("the change feed is PostgreSQL's LISTEN/NOTIFY")
+    async with make_client() as client:
+        feed = client.app.state.change_feed
+        feed.retry_seconds = 0.5
+        assert value(await scrape(client), "ci_sizer_change_feed_up", channel=CHANNEL) == 1
+        u = make_url(db_url)
+        admin = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+        try:
+            killed = await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1 AND query ILIKE $2",
+                u.database,
+                f"%LISTEN%{CHANNEL}%",
+            )
+            assert killed == 1
+            await _until(lambda: not feed.listening.is_set())
+            assert value(await scrape(client), "ci_sizer_change_feed_up", channel=CHANNEL) == 0
+            await asyncio.wait_for(feed.listening.wait(), 10)
+            assert value(await scrape(client), "ci_sizer_change_feed_up", channel=CHANNEL) == 1
+        finally:
+            await admin.close()
+
+
+async def _until(check: Any, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not seen in time"
+        await asyncio.sleep(0.02)
+
+
+async def test_retention_backlog_counts_jobs_whose_pruning_failed(db_url: str) -> None:
+    bad = build_engine(UNREACHABLE)
+    good = build_engine(db_url)
+    cache = AnswerCache(10)
+    pruner = Pruner(keep=1)
+    try:
+        for job_id in (1, 2, 3):
+            pruner.note(job_id, ScopeKey("o", "r", "w", f"j{job_id}"))
+        await pruner.run_once(build_sessionmaker(bad), cache)
+        assert value(samples(metrics.render()[0].decode()), "ci_sizer_retention_backlog_jobs") == 3
+        assert len(pruner.pending) == 3
+        await pruner.run_once(build_sessionmaker(good), cache)  # no such jobs: nothing to prune, no failure
+        assert value(samples(metrics.render()[0].decode()), "ci_sizer_retention_backlog_jobs") == 0
+    finally:
+        await bad.dispose()
+        await good.dispose()
+
+
+async def test_retention_counts_the_runs_it_deletes(make_client: Any) -> None:
+    from .helpers import post_runs
+
+    async with make_client(retention_runs=1) as client:
+        before = value(await scrape(client), "ci_sizer_retention_pruned_runs_total")
+        await post_runs(client, run(1), run(2), run(3))
+        await client.app.state.pruner.run_once(client.app.state.write_sessionmaker, client.app.state.answers)
+        assert value(await scrape(client), "ci_sizer_retention_pruned_runs_total") - before == 2
+
+
+async def test_analyses_are_counted_by_result(db_url: str) -> None:
+    engine = build_engine(db_url)
+
+    def count(result: str) -> float:
+        return value(samples(metrics.render()[0].decode()), "ci_sizer_analyses_total", kind="backtest", result=result)
+
+    async def good() -> analyses.Work:
+        return lambda progress: {"ok": True}
+
+    async def broken() -> analyses.Work:
+        raise RuntimeError("the history could not be read")
+
+    async def slow() -> analyses.Work:
+        await asyncio.sleep(60)
+        raise AssertionError("not reached")
+
+    try:
+        done, failed, interrupted = count("done"), count("failed"), count("interrupted")
+        for prepare in (good, broken):
+            analysis_id = await analyses.create(engine=engine, kind="backtest", request={}, created_by="t")
+            await analyses.run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind="backtest")
+        assert (count("done") - done, count("failed") - failed) == (1, 1)
+        analysis_id = await analyses.create(engine=engine, kind="backtest", request={}, created_by="t")
+        task = asyncio.create_task(analyses.run(engine=engine, analysis_id=analysis_id, prepare=slow, kind="backtest"))
+        await asyncio.sleep(0.2)
+        running = value(samples(metrics.render()[0].decode()), "ci_sizer_analyses_running", kind="backtest")
+        assert running == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert count("interrupted") - interrupted == 1
+        assert value(samples(metrics.render()[0].decode()), "ci_sizer_analyses_running", kind="backtest") == 0
+    finally:
+        await engine.dispose()
+
+
+def test_rule_metrics_are_documented(repo_root: Any) -> None:
+    text = (repo_root / "docs" / "observability.md").read_text()
+    for metric in metrics.EXPORTED:
+        assert f"`{metric._name}" in text, metric._name  # type: ignore[attr-defined]
+
+
+def test_exposition_has_no_series_without_help() -> None:
+    for family in text_string_to_metric_families(metrics.render()[0].decode()):
+        if family.name.startswith("ci_sizer_"):
+            assert family.documentation, family.name

@@ -147,6 +147,7 @@ class RunContainer(SQLModel, table=True):
     cpu_avg: float = SQLField(sa_column=Column(Float(), nullable=False))
     memory_peak_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
     memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    cpu_request_millicores: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
     oom_killed: bool | None = SQLField(default=None, sa_column=Column(Boolean(), nullable=True))
     oom_kill_events: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     oom_suspect: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
@@ -174,6 +175,34 @@ class Override(SQLModel, table=True):
     updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
     updated_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     version: int = SQLField(default=1, sa_column=Column(Integer(), nullable=False))
+
+
+class JobSummary(SQLModel, table=True):
+    """What the jobs list shows of one job, kept by ``services.jobs`` off the request path: its
+    answer (the sizing service's, default parameters), what its newest run ran with, its runs and
+    OOM kills in the window and the capacity it would save per day. Sorting 10,000 jobs by waste
+    reads these rows; it never computes an answer per job per request."""
+
+    __tablename__ = "job_summaries"
+    __table_args__ = (Index("ix_job_summaries_stale", "refreshed_at"),)
+
+    job_id: int = SQLField(sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True))
+    phase: str = SQLField(sa_column=Column(String(16), nullable=False))
+    override_scope: str = SQLField(sa_column=Column(String(16), nullable=False))
+    oom_backoff: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
+    last_run_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
+    window_runs: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    window_oom_kills: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    run_hours_per_day: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    answer_cpu_request_millicores: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    answer_memory_limit_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    in_force_cpu_request_millicores: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    in_force_memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    saved_memory_gib_hours_per_day: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    saved_cpu_core_hours_per_day: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    refreshed_at: datetime = SQLField(sa_column=Column(DateTime(), nullable=False))
+    #: when an override the answer applied expires (the summary is stale from then on)
+    fresh_until: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
 
 
 class Analysis(SQLModel, table=True):
@@ -274,6 +303,9 @@ class ContainerCreate(_Strict):
     cpu_stats_millicores: CpuStats | None = None
     memory_peak_bytes: MemoryBytes = Field(description="peak working set (rule I5a), not memory.peak")
     memory_limit_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None = None
+    cpu_request_millicores: CpuValue | None = Field(
+        default=None, description="the CPU request in force during the run (for the jobs list's waste)"
+    )
     oom_killed: Annotated[bool, Field(strict=True)] | None = None
     oom_kill_events: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 

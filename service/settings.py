@@ -61,6 +61,15 @@ class Settings(BaseSettings):
     fleet_flush_seconds: float = Field(default=10.0, gt=0)
     sizing_deadline_ms: int = Field(default=250, ge=1, le=60_000, description="fail-open deadline of GET sizing")
     ingest_timeout_seconds: float = Field(default=10.0, gt=0, description="503 when ingest takes longer")
+    database_connect_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="bound on getting to the database: a new connection, a pooled one, SQLite's lock (then 503)",
+    )
+    database_statement_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="bound on one statement on PostgreSQL (then 503)"
+    )
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
     sizing_cache_entries: int = Field(

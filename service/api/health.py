@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -13,6 +14,8 @@ from .. import __version__, core
 from ..errors import Unavailable, problem_responses
 
 router = APIRouter(tags=["health"])
+#: /readyz answers within this, whatever the database does
+READY_TIMEOUT_SECONDS = 1.0
 
 
 class Health(BaseModel):
@@ -38,10 +41,10 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=Health, responses=problem_responses(Unavailable))
 async def readyz(request: Request) -> dict[str, str]:
-    """The database answers."""
+    """The database answers, within one second (a database that hangs is not ready)."""
     engine: AsyncEngine = request.app.state.engine
     try:
-        async with engine.connect() as conn:
+        async with asyncio.timeout(READY_TIMEOUT_SECONDS), engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
     except Exception as exc:  # any failure to reach the database means "not ready"
         raise Unavailable(f"database not ready: {type(exc).__name__}", headers={"Retry-After": "2"}) from None

@@ -123,19 +123,19 @@ async def get_sizing(
 
 async def recommendations(request: Request, keys: list[ScopeKey]) -> tuple[dict[ScopeKey, dict[str, Any]], bool]:
     """The recommendations of jobs another resource refers to (stages, placement), with the
-    default parameters; when the database fails or is slow (the sizing
-    deadline per job), the ones not read are left out and the reply says ``degraded``."""
+    default parameters; when the database fails or is slow (the sizing deadline, over the whole
+    read), the ones not read are left out and the reply says ``degraded``."""
     if not keys:
         return {}, False
     deadline = request.app.state.settings.sizing_deadline_ms / 1000
     policy = policy_of(request)
     answers: dict[ScopeKey, dict[str, Any]] = {}
     try:
-        async with request.app.state.engine.connect() as conn:
+        # one deadline for the whole read, connecting included: a database that accepts
+        # connections and never answers costs the caller the deadline, not the connect timeout
+        async with asyncio.timeout(deadline), request.app.state.engine.connect() as conn:
             for key in keys:
-                answers.update(
-                    await asyncio.wait_for(sizing_service.fetch_many(conn=conn, keys=[key], policy=policy), deadline)
-                )
+                answers.update(await sizing_service.fetch_many(conn=conn, keys=[key], policy=policy))
     except DB_FAULTS as exc:
         if not isinstance(exc, TimeoutError):
             DATABASE_ERRORS.inc()

@@ -25,7 +25,7 @@ from .errors import PayloadTooLarge, install_error_handlers, problem_response
 from .observability.fleet import FleetTracker, flush_and_refresh
 from .observability.metrics import RUNS_INGESTED, set_build_info
 from .observability.middleware import Observability
-from .services import analyses, ceilings
+from .services import analyses, bodies, ceilings
 from .services.cache import AnswerCache
 from .services.changes import ChangeFeed
 from .services.retention import Pruner
@@ -133,6 +133,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.write_engine = write_engine
         app.state.analysis_tasks = set()
         app.state.analysis_limits = analyses.Limits()
+        app.state.bodies = bodies.Reducer()
         set_build_info(core.BACKEND)
         await _warm_up(engine)
         write_maker = app.state.write_sessionmaker
@@ -175,6 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             app.state.analysis_limits.close()
+            app.state.bodies.close()
             await app.state.fleet.flush(write_maker)
             await pruner.run_once(write_maker, app.state.answers, recover=False)
             await engine.dispose()

@@ -9,8 +9,9 @@ read-then-write transaction cannot upgrade its lock. On PostgreSQL both are the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from typing import Annotated, Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 from fastapi import Depends, Request
@@ -23,6 +24,8 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+
+T = TypeVar("T")
 
 #: Exceptions that mean "the database did not answer" rather than "the code is wrong": every
 #: failure to connect or to talk to it. ``OSError`` covers what the operating system says while
@@ -109,6 +112,35 @@ def build_engine(
         connect_args.setdefault("command_timeout", statement_timeout)
     connect_args.setdefault("server_settings", {}).setdefault("plan_cache_mode", "force_generic_plan")
     return create_async_engine(database_url, connect_args=connect_args, **kwargs)
+
+
+#: reads given up at their deadline, still cleaning up (kept so that they are not collected)
+_abandoned: set[asyncio.Task[Any]] = set()
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a fault after the deadline is not worth a warning
+
+
+async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:
+    """``await work``, or raise ``TimeoutError`` at ``seconds``, however long ``work`` then takes
+    to give up. (``asyncio.wait_for`` waits for the cancelled work to finish: a read on a
+    connection whose server hangs then rolls back on that connection, and the answer came seconds
+    after its deadline.) The work is cancelled and finishes in the background."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        _abandoned.add(task)
+        task.add_done_callback(_forget)
+        raise TimeoutError
+    return task.result()
 
 
 def build_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

@@ -35,7 +35,7 @@ UNREACHABLE = {
 }
 #: A bound no request may reach: far above every timeout the service sets, far below asyncpg's
 #: own 60 s connect timeout, so a request that waits on the database without a bound fails here.
-HANG = 30.0
+HANG = 40.0
 OVERRIDE = "/api/v1/sizing/overrides/acme/web"
 STAGE = {"stage": [{"name": "build", "job": JOB}], "options": {"use_recommendations": True}}
 
@@ -49,11 +49,11 @@ async def app_client(database_url: str, **settings: Any) -> AsyncIterator[httpx.
             yield client
 
 
-async def bounded(request: Awaitable[httpx.Response]) -> httpx.Response:
+async def bounded(request: Awaitable[httpx.Response], name: str = "the request") -> httpx.Response:
     try:
         return await asyncio.wait_for(request, HANG)
     except TimeoutError:
-        pytest.fail(f"no answer within {HANG:g} s: the request hangs on the database")
+        pytest.fail(f"{name}: no answer within {HANG:g} s, it hangs on the database")
 
 
 def assert_unavailable(r: httpx.Response) -> None:
@@ -78,7 +78,7 @@ async def every_path(client: httpx.AsyncClient) -> dict[str, httpx.Response]:
         "readyz": client.get("/readyz"),
         "metrics": client.get("/metrics"),
     }
-    answers = await asyncio.gather(*(bounded(c) for c in calls.values()))
+    answers = await asyncio.gather(*(bounded(c, name) for name, c in calls.items()))
     return dict(zip(calls, answers, strict=True))
 
 

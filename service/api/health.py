@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -11,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .. import __version__, core
+from ..db import within
 from ..errors import Unavailable, problem_responses
 
 router = APIRouter(tags=["health"])
@@ -43,9 +43,13 @@ async def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> dict[str, str]:
     """The database answers, within one second (a database that hangs is not ready)."""
     engine: AsyncEngine = request.app.state.engine
-    try:
-        async with asyncio.timeout(READY_TIMEOUT_SECONDS), engine.connect() as conn:
+
+    async def ping() -> None:
+        async with engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
+
+    try:
+        await within(READY_TIMEOUT_SECONDS, ping())
     except Exception as exc:  # any failure to reach the database means "not ready"
         raise Unavailable(f"database not ready: {type(exc).__name__}", headers={"Retry-After": "2"}) from None
     return {"status": "ready"}

@@ -9,13 +9,15 @@ read-then-write transaction cannot upgrade its lock. On PostgreSQL both are the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+import asyncio
+from collections.abc import AsyncIterator, Coroutine
+from typing import Annotated, Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 from fastapi import Depends, Request
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -23,23 +25,58 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
-#: Exceptions that mean "the database did not answer" rather than "the code is wrong".
+T = TypeVar("T")
+
+#: Exceptions that mean "the database did not answer" rather than "the code is wrong": every
+#: failure to connect or to talk to it. ``OSError`` covers what the operating system says while
+#: connecting before any driver wraps it: a refused port (``ConnectionRefusedError``), a Unix socket
+#: path that does not exist (``FileNotFoundError``), a host name that does not resolve
+#: (``socket.gaierror``), a connect or statement timeout (``TimeoutError``). asyncpg raises its own
+#: errors unwrapped while connecting (a server still starting, too many connections, a database
+#: that does not exist); SQLAlchemy wraps the rest in ``DBAPIError``.
 DB_FAULTS: tuple[type[Exception], ...] = (
     sa_exc.DBAPIError,  # OperationalError, InterfaceError, ... from either driver
-    sa_exc.TimeoutError,  # connection pool exhausted
+    sa_exc.TimeoutError,  # no pooled connection within the pool timeout
     sa_exc.DisconnectionError,
-    ConnectionError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
+    OSError,  # ConnectionError, TimeoutError, FileNotFoundError, socket.gaierror, ...
+    asyncpg.PostgresError,
     asyncpg.InterfaceError,
 )
 
 
-def build_engine(database_url: str, *, immediate: bool = False, **kwargs: Any) -> AsyncEngine:
-    """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg)."""
+def is_memory_sqlite(database_url: str) -> bool:
+    if not database_url.startswith("sqlite"):
+        return False
+    database = make_url(database_url).database
+    return database in (None, "", ":memory:") or "mode=memory" in database_url
+
+
+#: How long to wait for access to the database (a connection, a pooled connection, SQLite's lock).
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+def build_engine(
+    database_url: str,
+    *,
+    immediate: bool = False,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    statement_timeout: float | None = None,
+    **kwargs: Any,
+) -> AsyncEngine:
+    """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
+
+    Nothing waits on the database without a bound: ``connect_timeout`` bounds opening a
+    connection (asyncpg's ``timeout``) and waiting for one from a full pool (``pool_timeout``), and
+    on SQLite waiting for a lock (``busy_timeout``); ``statement_timeout`` (seconds, ``None``: no
+    bound, for migrations and the CLI's long reads) bounds each statement on PostgreSQL (asyncpg's
+    ``command_timeout``), so a server that accepts connections and then never answers costs a
+    request at most that long, never the 60 s of asyncpg's defaults or forever.
+    """
+    if "poolclass" not in kwargs and not is_memory_sqlite(database_url):  # a StaticPool has no timeout
+        kwargs.setdefault("pool_timeout", connect_timeout)
     if database_url.startswith("sqlite"):
-        engine = create_async_engine(database_url, connect_args={"timeout": 30}, **kwargs)
+        engine = create_async_engine(database_url, connect_args={"timeout": connect_timeout}, **kwargs)
+        busy_ms = max(1, round(connect_timeout * 1000))
         begin = "BEGIN IMMEDIATE" if immediate else "BEGIN"
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -49,7 +86,7 @@ def build_engine(database_url: str, *, immediate: bool = False, **kwargs: Any) -
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA synchronous=FULL")
-            cur.execute("PRAGMA busy_timeout=30000")
+            cur.execute(f"PRAGMA busy_timeout={busy_ms}")
             cur.close()
 
         @event.listens_for(engine.sync_engine, "begin")
@@ -70,8 +107,40 @@ def build_engine(database_url: str, *, immediate: bool = False, **kwargs: Any) -
     # a 1,000,000-run database than on a small one (bench/history.py); one generic plan is right
     # for all of them. Needs PostgreSQL 12 or later.
     connect_args = dict(kwargs.pop("connect_args", {}))
+    connect_args.setdefault("timeout", connect_timeout)
+    if statement_timeout is not None:
+        connect_args.setdefault("command_timeout", statement_timeout)
     connect_args.setdefault("server_settings", {}).setdefault("plan_cache_mode", "force_generic_plan")
     return create_async_engine(database_url, connect_args=connect_args, **kwargs)
+
+
+#: reads given up at their deadline, still cleaning up (kept so that they are not collected)
+_abandoned: set[asyncio.Task[Any]] = set()
+
+
+def _forget(task: asyncio.Task[Any]) -> None:
+    _abandoned.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a fault after the deadline is not worth a warning
+
+
+async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:
+    """``await work``, or raise ``TimeoutError`` at ``seconds``, however long ``work`` then takes
+    to give up. (``asyncio.wait_for`` waits for the cancelled work to finish: a read on a
+    connection whose server hangs then rolls back on that connection, and the answer came seconds
+    after its deadline.) The work is cancelled and finishes in the background."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        _abandoned.add(task)
+        task.add_done_callback(_forget)
+        raise TimeoutError
+    return task.result()
 
 
 def build_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

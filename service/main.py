@@ -24,10 +24,10 @@ from .api.paths import RawPathSegments
 from .auth import TokenStore, load_tokens
 from .db import build_engine, build_sessionmaker
 from .errors import PayloadTooLarge, install_error_handlers, problem_response
-from .observability.fleet import FleetTracker
+from .observability.fleet import FleetTracker, flush_and_refresh
 from .observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from .observability.middleware import Observability
-from .services import ceilings
+from .services import analyses, bodies, ceilings
 from .services.cache import AnswerCache
 from .services.changes import ChangeFeed
 from .services.jobs import SummaryRefresher
@@ -125,20 +125,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_exposure(settings, tokens)
-        engine = build_engine(settings.database_url)
-        write_engine = build_engine(settings.database_url, immediate=True) if settings.is_sqlite else engine
+        connect, statement = settings.database_connect_timeout_seconds, settings.database_statement_timeout_seconds
+        engine = build_engine(settings.database_url, connect_timeout=connect, statement_timeout=statement)
+        write_engine = (
+            build_engine(settings.database_url, immediate=True, connect_timeout=connect, statement_timeout=statement)
+            if settings.is_sqlite
+            else engine
+        )
         app.state.engine = engine
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
         app.state.write_engine = write_engine
         app.state.analysis_tasks = set()
+        app.state.analysis_limits = analyses.Limits()
+        app.state.bodies = bodies.Reducer()
         set_build_info(core.BACKEND)
         SIZING_DEADLINE.set(settings.sizing_deadline_ms / 1000)
         await _warm_up(engine)
         write_maker = app.state.write_sessionmaker
         pruner: Pruner = app.state.pruner
         tasks = [
-            asyncio.create_task(_periodic(settings.fleet_flush_seconds, lambda: app.state.fleet.flush(write_maker))),
+            asyncio.create_task(
+                _periodic(
+                    settings.fleet_flush_seconds,
+                    lambda: flush_and_refresh(app.state.fleet, write_maker, app.state.sessionmaker),
+                    at_start=True,
+                )
+            ),
             asyncio.create_task(
                 _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers))
             ),
@@ -175,8 +188,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            app.state.analysis_limits.close()
+            app.state.bodies.close()
             await app.state.fleet.flush(write_maker)
-            await pruner.run_once(write_maker, app.state.answers)
+            await pruner.run_once(write_maker, app.state.answers, recover=False)
             await engine.dispose()
             if write_engine is not engine:
                 await write_engine.dispose()
@@ -225,14 +240,17 @@ async def _warm_up(engine: AsyncEngine) -> None:
         log.warning("database not reachable at startup: %s", failure)
 
 
-async def _periodic(every: float, job: Callable[[], Awaitable[object]]) -> None:
-    """Run ``job`` every ``every`` seconds until cancelled; a failing run is logged, not fatal."""
-    while True:
+async def _periodic(every: float, job: Callable[[], Awaitable[object]], *, at_start: bool = False) -> None:
+    """Run ``job`` every ``every`` seconds (first at once when ``at_start``) until cancelled; a
+    failing run is logged, not fatal."""
+    if not at_start:
         await asyncio.sleep(every)
+    while True:
         try:
             await job()
         except Exception:
             log.exception("background task failed")
+        await asyncio.sleep(every)
 
 
 def create_app_from_env() -> FastAPI:

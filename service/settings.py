@@ -76,6 +76,15 @@ class Settings(BaseSettings):
         gt=0,
         description="a run's started_at and finished_at may be at most this far in the past (default ten years)",
     )
+    database_connect_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="bound on getting to the database: a new connection, a pooled one, SQLite's lock (then 503)",
+    )
+    database_statement_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=3600, description="bound on one statement on PostgreSQL (then 503)"
+    )
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
     jobs_summary_seconds: float = Field(default=2.0, gt=0, description="how often job summaries are refreshed")

@@ -3,6 +3,7 @@ queries against what the service exports, and multiprocess mode with a real 2-wo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -47,7 +48,12 @@ async def scrape(client: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, 
     return samples(r.text)
 
 
-async def test_metrics_move_with_traffic(client: httpx.AsyncClient) -> None:
+async def test_metrics_move_with_traffic(make_client: Any) -> None:
+    async with make_client(fleet_flush_seconds=0.05) as client:
+        await _metrics_move_with_traffic(client)
+
+
+async def _metrics_move_with_traffic(client: httpx.AsyncClient) -> None:
     before = await scrape(client)
     await post_runs(client, run(1, container(cpu=400, mem=700 * MIB)), run(2, container(cpu=600, mem=800 * MIB)))
     await client.post("/api/v1/runs", json=run(2, container(cpu=600, mem=800 * MIB)))  # duplicate
@@ -57,7 +63,15 @@ async def test_metrics_move_with_traffic(client: httpx.AsyncClient) -> None:
     await client.put("/api/v1/sizing/overrides/acme/web", json={"cpu_limit": "2"})
     answer = await sizing(client)
     await sizing(client, {"org": "o", "repo": "r", "workflow": "w", "job": "never-seen"})
-    after = await scrape(client)
+    # the gauges read from the database follow within a pass of the background task (a scrape
+    # itself never touches the database)
+    deadline = time.monotonic() + 30
+    while True:
+        after = await scrape(client)
+        if value(after, "ci_sizer_fleet_jobs") == 1 and value(after, "ci_sizer_overrides", scope="repo") == 1:
+            break
+        assert time.monotonic() < deadline, "the database gauges were not refreshed"
+        await asyncio.sleep(0.05)
 
     def delta(name: str, **labels: str) -> float:
         return value(after, name, **labels) - value(before, name, **labels)
@@ -90,6 +104,29 @@ async def test_metrics_move_with_traffic(client: httpx.AsyncClient) -> None:
     )
     assert value(after, "ci_sizer_fleet_memory_bytes", kind="recommended") == c["memory"]["request_bytes"]
     assert value(after, "ci_sizer_fleet_memory_bytes", kind="observed") == c["observed"]["memory_bytes"]
+
+
+async def test_a_scrape_never_writes_to_the_database(make_client: Any, db_url: str) -> None:
+    # issue 18, item 8: every scrape wrote the fleet totals noted since the last one; now only the
+    # background task writes them (here: never within the test)
+    from sqlalchemy import text
+
+    from service.db import build_engine
+
+    async with make_client(fleet_flush_seconds=3600) as client:
+        await post_runs(client, run(1))
+        await sizing(client)  # notes the job's totals in memory
+        for _ in range(3):
+            await scrape(client)
+        engine = build_engine(db_url)
+        try:
+            async with engine.connect() as conn:
+                written = (
+                    await conn.execute(text("SELECT count(*) FROM jobs WHERE fleet_updated_at IS NOT NULL"))
+                ).scalar_one()
+        finally:
+            await engine.dispose()
+        assert written == 0
 
 
 def _version() -> str:

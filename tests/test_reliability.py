@@ -143,6 +143,74 @@ async def test_retention_keeps_the_newest_runs(make_client: Any, db_url: str) ->
             await asyncio.sleep(0.05)
 
 
+async def wait_for_rows(url: str, table: str, expected: int, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while (count := await count_rows(url, table)) != expected:
+        assert time.monotonic() < deadline, f"{table}: {count} rows, expected {expected}"
+        await asyncio.sleep(0.1)
+
+
+async def _sql(url: str, sql: str, **params: Any) -> list[Any]:
+    engine = build_engine(url)
+    try:
+        async with engine.begin() as conn:
+            result = await conn.execute(text(sql), params)
+            return list(result.all()) if result.returns_rows else []
+    finally:
+        await engine.dispose()
+
+
+BULK = 40_002  # runs of one job to delete: more than asyncpg's 32,767 parameters in one statement
+
+
+async def test_retention_deletes_more_runs_than_one_statement_can_name(make_client: Any, db_url: str) -> None:
+    # issue 18, item 6: one IN (...) of 40,000 ids failed on PostgreSQL every pass, and nothing went
+    async with make_client(retention_runs=5, retention_interval_seconds=0.05) as client:
+        await post_runs(client, run(1))
+        [(job_id,)] = await _sql(db_url, "SELECT id FROM jobs")
+        if db_url.startswith("postgresql"):
+            await _sql(
+                db_url,
+                "INSERT INTO runs (job_id, run_id, finished_at, ingested_at, clean, content_hash) "
+                "SELECT :job, 'bulk-' || n, timestamp '2026-01-01' + n * interval '1 second', now(), true, 'x' "
+                "FROM generate_series(1, :bulk) AS n",
+                job=job_id,
+                bulk=BULK,
+            )
+        else:
+            await _sql(
+                db_url,
+                "WITH RECURSIVE s(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < :bulk) "
+                "INSERT INTO runs (job_id, run_id, finished_at, ingested_at, clean, content_hash) "
+                "SELECT :job, 'bulk-' || n, printf('2026-01-01 %02d:%02d:%02d.000000', n / 3600, n / 60 % 60, n % 60), "
+                "'2026-01-01 00:00:00.000000', 1, 'x' FROM s",
+                job=job_id,
+                bulk=BULK,
+            )
+        assert await count_rows(db_url, "runs") == BULK + 1
+        await post_runs(client, run(2))  # ingest notes the job for pruning
+        await wait_for_rows(db_url, "runs", 5)
+        kept = sorted(r[0] for r in await _sql(db_url, "SELECT run_id FROM runs"))
+        # the newest five: the two posted runs (finished in November) and the last three bulk runs
+        assert kept == sorted(["run-1", "run-2", *(f"bulk-{n}" for n in range(BULK - 2, BULK + 1))])
+        assert (await sizing(client, runs=100))["meta"]["clean_samples"] == 5
+
+
+async def test_pruning_resumes_after_a_restart(make_client: Any, db_url: str) -> None:
+    # issue 18, item 8: the jobs waiting for pruning lived only in the memory of the process; one
+    # that stopped before its pass (a crash, a deploy) left them over the limit for good
+    async with make_client(retention_runs=1000, retention_interval_seconds=3600) as client:
+        await post_runs(client, *(run(n) for n in range(1, 9)))
+        await post_runs(client, *(run(n, job={**JOB, "job": "other"}) for n in range(1, 3)))
+    assert await count_rows(db_url, "runs") == 10
+    async with make_client(retention_runs=3, retention_interval_seconds=0.05) as client:
+        # no new run is posted: the new process finds the job over the limit by itself
+        await wait_for_rows(db_url, "runs", 5)
+        assert (await sizing(client, runs=100))["meta"]["clean_samples"] == 3
+        other = await sizing(client, {**JOB, "job": "other"}, runs=100)
+        assert other["meta"]["clean_samples"] == 2
+
+
 # --------------------------------------------------------------------------- hardening
 
 

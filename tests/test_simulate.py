@@ -412,3 +412,28 @@ async def test_too_many_running_analyses_is_429(client: httpx.AsyncClient) -> No
     assert r.status_code == 429
     assert r.headers["content-type"] == "application/problem+json"
     assert r.headers["Retry-After"] == "10"
+
+
+async def test_the_analysis_limit_holds_under_concurrent_posts(client: httpx.AsyncClient) -> None:
+    # issue 18, item 7: 12 POSTs at once all got 202, since each one checked the room before any
+    # was counted; the limit is taken atomically, and the slots come back when analyses end
+    import asyncio
+
+    body = {"synthetic": {"days": 2}, "pool": {"shapes": [{"name": "m", "cpu": 8, "memory": "32Gi"}]}}
+    answers = await asyncio.gather(*(client.post("/api/v1/simulations", json=body) for _ in range(12)))
+    codes = sorted(r.status_code for r in answers)
+    assert codes == [202] * 4 + [429] * 8, codes
+    for r in answers:
+        if r.status_code == 429:
+            assert r.headers["content-type"] == "application/problem+json"
+            assert r.headers["Retry-After"] == "10"
+    started = [r.headers["Location"] for r in answers if r.status_code == 202]
+    for location in started:
+        for _ in range(1200):
+            a = (await client.get(location)).json()
+            if a["status"] in ("done", "failed"):
+                break
+            await asyncio.sleep(0.1)
+        assert a["status"] == "done", a
+    r = await client.post("/api/v1/simulations", json=body)
+    assert r.status_code == 202, r.text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from http import HTTPStatus
@@ -29,22 +30,42 @@ from ..errors import (
 )
 from ..models import BatchItemPublic, RunCreate, RunPublic, RunsBatchCreate, RunsBatchPublic, utcnow
 from ..observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
-from ..services import changes
+from ..services import bodies, changes
 from ..services import runs as runs_service
 from ..services.overrides import ScopeKey
+
+log = logging.getLogger("ci_sizer.runs")
 
 
 class FastJsonRoute(AuthenticatedRoute):
     """Parses JSON request bodies with orjson, several times faster than the standard library on
     arrays of samples. A body orjson refuses (``NaN``, integers past 64 bits, malformed JSON) is
     left to FastAPI's own parsing, so every answer stays what it was. The caller is then
-    authenticated (``AuthenticatedRoute``) before anything is validated."""
+    authenticated (``AuthenticatedRoute``) before anything is validated.
+
+    A large body (``bodies.MIN_BYTES``) is parsed and its samples reduced in a worker process
+    (``services/bodies.py``), so that it does not stall the event loop and every other request."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        model = None if self.body_field is None else self.body_field.field_info.annotation
+        reducers: dict[Any, Callable[[bytes], Any]] = {
+            RunCreate: bodies.reduce_run,
+            RunsBatchCreate: bodies.reduce_batch,
+        }
+        reduce = reducers.get(model)
 
         async def route_handler(request: Request) -> Response:
             body = await request.body()
+            if body and reduce is not None and len(body) >= bodies.MIN_BYTES:
+                try:
+                    reduced = await request.app.state.bodies.run(reduce, body)
+                except Exception as exc:  # the worker died: parse on the loop, as for any body
+                    log.warning("large body not reduced in the worker: %s", type(exc).__name__)
+                    reduced = None
+                if reduced is not None:
+                    request._json = reduced
+                    return await handler(request)
             if body:
                 with contextlib.suppress(orjson.JSONDecodeError):
                     request._json = orjson.loads(body)

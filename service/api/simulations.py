@@ -35,8 +35,6 @@ from ..services import ballast as ballast_service
 from .sizing import policy_of
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"], route_class=AuthenticatedRoute)
-#: analyses one process runs at once; more are refused with 429 rather than queued without bound
-MAX_RUNNING = 4
 
 
 def pool_of(body: SimulationCreate) -> simulate.Pool:
@@ -66,10 +64,14 @@ def ballast_of(body: SimulationCreate, builds: list[simulate.Build], provision_d
     )
 
 
-def _check_room(request: Request) -> None:
-    if len(request.app.state.analysis_tasks) >= MAX_RUNNING:
+def _take_room(request: Request) -> None:
+    """Take one of the process's analysis slots, or answer 429. No ``await`` here: the check and the
+    count are one step on the event loop. The slot is given back when the analysis ends, or
+    by ``_launch`` if it never starts."""
+    limits: analyses.Limits = request.app.state.analysis_limits
+    if not limits.try_acquire():
         raise TooManyRequests(
-            f"{MAX_RUNNING} analyses are running in this process; retry later", headers={"Retry-After": "10"}
+            f"{limits.max_running} analyses are running in this process; retry later", headers={"Retry-After": "10"}
         )
 
 
@@ -88,7 +90,6 @@ async def create_simulation(
     Answers 202 at once; poll ``GET /api/v1/simulations/{id}`` (``Location``) for progress and the report."""
     if body.history is not None:
         principal.ensure_org(body.history.org)
-    _check_room(request)
     state = request.app.state
     pool = pool_of(body)
     policy = policy_of(request)
@@ -123,12 +124,26 @@ async def create_simulation(
 async def _launch(
     request: Request, response: Response, kind: str, body: Any, principal: Any, prepare: analyses.Prepare
 ) -> dict[str, Any]:
-    """Store the analysis, start it in this process, answer its row with ``Location``."""
+    """Store the analysis, start it in this process, answer its row with ``Location``. It
+    takes a slot first (429 when there is none); it goes back if the analysis cannot be stored."""
+    _take_room(request)
     engine = request.app.state.write_engine
-    analysis_id = await analyses.create(
-        engine=engine, kind=kind, request=body.model_dump(mode="json"), created_by=principal.name
+    limits: analyses.Limits = request.app.state.analysis_limits
+    try:
+        analysis_id = await analyses.create(
+            engine=engine, kind=kind, request=body.model_dump(mode="json"), created_by=principal.name
+        )
+    except BaseException:
+        limits.release()
+        raise
+    analyses.start(
+        request.app.state.analysis_tasks,
+        engine=engine,
+        analysis_id=analysis_id,
+        prepare=prepare,
+        kind=kind,
+        limits=limits,
     )
-    analyses.start(request.app.state.analysis_tasks, engine=engine, analysis_id=analysis_id, prepare=prepare, kind=kind)
     response.headers["Location"] = f"/api/v1/{kind}s/{analysis_id}"
     return await _get(request, analysis_id, kind, principal)
 
@@ -221,7 +236,6 @@ async def create_backtest(
         principal.ensure_org(body.org)
     elif principal.orgs is not None:
         raise Forbidden(f"token {principal.name!r} may not backtest every org: name one")
-    _check_room(request)
     state = request.app.state
     max_memory = state.settings.max_memory
 

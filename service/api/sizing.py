@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Annotated, Any, Literal
 
@@ -11,7 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from ..auth import AuthenticatedRoute, ReadPrincipal
-from ..db import DB_FAULTS
+from ..db import DB_FAULTS, within
 from ..errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from ..models import CpuPercentile, SizingPublic
 from ..observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS, SIZING_CACHE
@@ -99,7 +98,7 @@ async def get_sizing(
     deadline = request.app.state.settings.sizing_deadline_ms / 1000
     ticket = cache.ticket(key)
     try:
-        rec = await asyncio.wait_for(_recommend(request, key, params, policy), deadline)
+        rec = await within(deadline, _recommend(request, key, params, policy))
     except DB_FAULTS as exc:
         DEGRADED_ANSWERS.inc()
         if not isinstance(exc, TimeoutError):
@@ -123,22 +122,26 @@ async def get_sizing(
 
 async def recommendations(request: Request, keys: list[ScopeKey]) -> tuple[dict[ScopeKey, dict[str, Any]], bool]:
     """The recommendations of jobs another resource refers to (stages, placement), with the
-    default parameters; when the database fails or is slow (the sizing
-    deadline per job), the ones not read are left out and the reply says ``degraded``."""
+    default parameters; when the database fails or is slow (the sizing deadline, over the whole
+    read), the ones not read are left out and the reply says ``degraded``."""
     if not keys:
         return {}, False
     deadline = request.app.state.settings.sizing_deadline_ms / 1000
     policy = policy_of(request)
     answers: dict[ScopeKey, dict[str, Any]] = {}
-    try:
+
+    async def read() -> None:
         async with request.app.state.engine.connect() as conn:
             for key in keys:
-                answers.update(
-                    await asyncio.wait_for(sizing_service.fetch_many(conn=conn, keys=[key], policy=policy), deadline)
-                )
+                answers.update(await sizing_service.fetch_many(conn=conn, keys=[key], policy=policy))
+
+    try:
+        # one deadline for the whole read, connecting included: a database that accepts
+        # connections and never answers costs the caller the deadline, not the connect timeout
+        await within(deadline, read())
     except DB_FAULTS as exc:
         if not isinstance(exc, TimeoutError):
             DATABASE_ERRORS.inc()
         log.warning("recommendations for another resource degraded: %s", type(exc).__name__)
-        return answers, True
+        return dict(answers), True  # a copy: the abandoned read may still be winding down
     return answers, False

@@ -1,8 +1,9 @@
 """Fleet totals: the latest recommendation of each job, summed for the headroom gauges.
 
 Serving a recommendation only notes the job's totals in memory (no write on the build's start
-path); a background task writes the notes to the ``jobs`` table every few seconds, and
-``/metrics`` sums that table, so the totals are right with any number of workers.
+path); a background task writes the notes to the ``jobs`` table every few seconds, then sums that
+table (and counts the overrides) into the gauges, so the totals are right with any number of
+workers. ``/metrics`` only renders: a scrape never reads or writes the database.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
-from ..models import Job, utcnow
-from .metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY
+from ..models import Job, Override, utcnow
+from .metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY, OVERRIDES
 
 log = logging.getLogger("ci_sizer.fleet")
 
@@ -62,7 +63,14 @@ class FleetTracker:
 
 
 async def refresh_gauges(session: AsyncSession) -> None:
-    """Set the fleet gauges from the stored totals."""
+    """Set the gauges read from the database: overrides per scope and the fleet totals."""
+    from ..services.overrides import SCOPES
+
+    counts = dict(
+        (await session.execute(select(col(Override.scope), func.count()).group_by(col(Override.scope)))).all()
+    )
+    for scope in SCOPES:
+        OVERRIDES.labels(scope=scope).set(counts.get(scope, 0))
     row = (
         await session.execute(
             select(
@@ -80,3 +88,17 @@ async def refresh_gauges(session: AsyncSession) -> None:
     FLEET_CPU.labels(kind="observed").set(float(cpu_obs) / 1000)
     FLEET_MEMORY.labels(kind="recommended").set(float(mem_req))
     FLEET_MEMORY.labels(kind="observed").set(float(mem_obs))
+
+
+async def flush_and_refresh(
+    tracker: FleetTracker, write_maker: async_sessionmaker[AsyncSession], maker: async_sessionmaker[AsyncSession]
+) -> None:
+    """The background task's pass: write the notes, then read the gauges back. A database that
+    fails leaves the gauges as they were and counts an error (the pool's timeouts bound the wait)."""
+    await tracker.flush(write_maker)
+    try:
+        async with maker() as session:
+            await refresh_gauges(session)
+    except Exception as exc:
+        DATABASE_ERRORS.inc()
+        log.warning("gauges not refreshed: %s", type(exc).__name__)

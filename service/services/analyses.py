@@ -1,7 +1,14 @@
-"""Background analyses (fleet simulations, backtests): created by a POST, run in a thread of the
-process that received it, polled by id from any process. The row holds the status, the progress
-(written about once a second) and the result; a running analysis whose row has not moved for
-``STALE_SECONDS`` lost its process and reads as failed."""
+"""Background analyses (fleet simulations, backtests): created by a POST, run in the process that
+received it, polled by id from any process. The row holds the status, the progress (written about
+once a second) and the result; a running analysis whose row has not moved for ``STALE_SECONDS``
+lost its process and reads as failed.
+
+They must not starve the build path (sizing, ingest) of the same process. ``Limits`` admits at
+most ``MAX_RUNNING`` at once, counted atomically (the check and the count happen with no ``await``
+between them, so concurrent POSTs cannot all pass the check before any is counted); their reads
+take at most ``DB_SHARE`` pooled connections at a time; and their CPU-heavy part runs in one
+worker thread at a lowered OS priority, one analysis after the other, so at most one thread
+competes with the event loop for the interpreter."""
 
 from __future__ import annotations
 
@@ -9,9 +16,11 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -24,6 +33,43 @@ from ..observability.metrics import ANALYSES, ANALYSES_RUNNING
 log = logging.getLogger("ci_sizer.analyses")
 STALE_SECONDS = 60
 HEARTBEAT_SECONDS = 1.0
+#: analyses one process admits at once; more are refused with 429 rather than queued without bound
+MAX_RUNNING = 4
+#: pooled connections the analyses' reads may hold at once
+DB_SHARE = 2
+#: how much lower than the server's the worker thread's scheduling priority is (nice)
+NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """In the worker thread: lower this thread's priority (on Linux a thread has its own nice value)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+
+
+class Limits:
+    """What the analyses of one app may use; built in the app's lifespan, closed at its end."""
+
+    def __init__(self, max_running: int = MAX_RUNNING, db_share: int = DB_SHARE) -> None:
+        self.max_running = max_running
+        self.running = 0
+        self.reads = asyncio.Semaphore(db_share)
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ci-sizer-analysis", initializer=_lower_priority
+        )
+
+    def try_acquire(self) -> bool:
+        """Count one more analysis if there is room. Synchronous: atomic on the event loop."""
+        if self.running >= self.max_running:
+            return False
+        self.running += 1
+        return True
+
+    def release(self) -> None:
+        self.running -= 1
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
 
 class Cancelled(Exception):
@@ -60,12 +106,13 @@ async def _set(engine: AsyncEngine, analysis_id: str, **values: Any) -> None:
         )
 
 
-async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: str) -> None:
-    """``prepare()``, then its work in a thread, heartbeating the progress; store the result or the error."""
+async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: str, limits: Limits) -> None:
+    """``prepare()`` (within the analyses' share of the pool), then its work in the analyses'
+    thread, heartbeating the progress; store the result or the error."""
     running = ANALYSES_RUNNING.labels(kind=kind)
     running.inc()
     try:
-        result = await _run(engine=engine, analysis_id=analysis_id, prepare=prepare)
+        result = await _run(engine=engine, analysis_id=analysis_id, prepare=prepare, limits=limits)
     except asyncio.CancelledError:
         ANALYSES.labels(kind=kind, result="interrupted").inc()
         raise
@@ -77,7 +124,7 @@ async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: 
     ANALYSES.labels(kind=kind, result=result).inc()
 
 
-async def _run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> str:
+async def _run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, limits: Limits) -> str:
     """``run`` without the metrics: ``done`` or ``failed`` (an interruption raises ``CancelledError``)."""
     latest = [0.0]
     done = threading.Event()
@@ -97,8 +144,9 @@ async def _run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> st
     beat = asyncio.create_task(heartbeat())
     try:
         try:
-            work = await prepare()
-            result = await asyncio.to_thread(work, progress)
+            async with limits.reads:
+                work = await prepare()
+            result = await asyncio.get_running_loop().run_in_executor(limits.executor, work, progress)
         finally:
             # the thread stops at its next report, and no heartbeat lands after the final status
             done.set()
@@ -118,12 +166,20 @@ async def _run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare) -> st
 
 
 def start(
-    tasks: set[asyncio.Task[None]], *, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: str
+    tasks: set[asyncio.Task[None]],
+    *,
+    engine: AsyncEngine,
+    analysis_id: str,
+    prepare: Prepare,
+    kind: str,
+    limits: Limits,
 ) -> None:
-    """Start ``run`` as a task kept in ``tasks`` (the app's, cancelled at shutdown)."""
-    task = asyncio.create_task(run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind=kind))
+    """Start ``run`` as a task kept in ``tasks`` (the app's, cancelled at shutdown); the slot the
+    caller took from ``limits`` is given back when the task ends, however it ends."""
+    task = asyncio.create_task(run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind=kind, limits=limits))
     tasks.add(task)
     task.add_done_callback(tasks.discard)
+    task.add_done_callback(lambda _task: limits.release())
 
 
 async def get(*, conn: AsyncConnection, analysis_id: str, kind: str) -> dict[str, Any] | None:

@@ -109,6 +109,11 @@ class ChangeFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # asyncio.wait_for (3.11) turns a cancellation that lands as the connect fails
+                    # into the connect's error: the task was still told to stop
+                    raise asyncio.CancelledError from exc
                 log.warning("sizing change feed down (%s); answers are read from the database", type(exc).__name__)
             finally:
                 self.cache.trusted = False

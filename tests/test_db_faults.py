@@ -1,0 +1,215 @@
+"""A database that cannot be reached, or that hangs, on every path: sizing and stages fail open
+(200 with ``degraded``), every other database path answers 503 with ``Retry-After``, never a 500,
+and nothing waits without a bound (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from service.main import create_app
+from service.settings import Settings
+
+from .helpers import JOB, run, sizing_path
+
+#: Databases that cannot be reached, each failing in its own way before any driver wraps it.
+UNREACHABLE = {
+    # a Unix socket directory with no server socket in it: FileNotFoundError
+    "unix-socket-absent": "postgresql:///db?host=/nonexistent-dir",
+    # a reserved name (RFC 6761) that never resolves: socket.gaierror
+    "name-unresolved": "postgresql://nobody@ci-sizer-db.invalid/nothing",
+    # nothing listens on port 9: ConnectionRefusedError
+    "port-refused": "postgresql://nobody@127.0.0.1:9/nothing",
+    # SQLite: a file in a directory that does not exist
+    "sqlite-dir-absent": "sqlite:////nonexistent-dir/ci-sizer.db",
+}
+#: A bound no request may reach: far above every timeout the service sets, far below asyncpg's
+#: own 60 s connect timeout, so a request that waits on the database without a bound fails here.
+HANG = 40.0
+OVERRIDE = "/api/v1/sizing/overrides/acme/web"
+STAGE = {"stage": [{"name": "build", "job": JOB}], "options": {"use_recommendations": True}}
+
+
+@asynccontextmanager
+async def app_client(database_url: str, **settings: Any) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(Settings(database_url=database_url, **settings))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            yield client
+
+
+async def bounded(request: Awaitable[httpx.Response], name: str = "the request") -> httpx.Response:
+    try:
+        return await asyncio.wait_for(request, HANG)
+    except TimeoutError:
+        pytest.fail(f"{name}: no answer within {HANG:g} s, it hangs on the database")
+
+
+def assert_unavailable(r: httpx.Response) -> None:
+    assert r.status_code == 503, (r.status_code, r.text)
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.headers["Retry-After"].isdigit()
+
+
+async def every_path(client: httpx.AsyncClient) -> dict[str, httpx.Response]:
+    """One request on each path that reads or writes the database, all at once."""
+    calls = {
+        "sizing": client.get(sizing_path()),
+        "stages": client.post("/api/v1/stages:compute", json=STAGE),
+        "ingest": client.post("/api/v1/runs", json=run(1)),
+        "batch": client.post("/api/v1/runs:batch", json={"runs": [run(2)]}),
+        "overrides-list": client.get("/api/v1/sizing/overrides"),
+        "override-get": client.get(OVERRIDE),
+        "override-put": client.put(OVERRIDE, json={"cpu_limit": "2"}),
+        "override-delete": client.delete(OVERRIDE),
+        "ballast": client.get("/api/v1/ballast", params={"org": "acme"}),
+        "backtest": client.post("/api/v1/backtests", json={"org": "acme"}),
+        "readyz": client.get("/readyz"),
+        "metrics": client.get("/metrics"),
+    }
+    answers = await asyncio.gather(*(bounded(c, name) for name, c in calls.items()))
+    return dict(zip(calls, answers, strict=True))
+
+
+def assert_fault_answers(answers: dict[str, httpx.Response]) -> None:
+    sizing = answers.pop("sizing")
+    assert sizing.status_code == 200, sizing.text
+    assert sizing.json()["meta"]["degraded"] is True
+    stages = answers.pop("stages")
+    assert stages.status_code == 200, stages.text
+    assert stages.json()["degraded"] is True
+    assert stages.json()["steps"][0]["source"]["cpu"] == "default"
+    assert answers.pop("metrics").status_code == 200
+    for name, r in answers.items():
+        assert r.status_code == 503, (name, r.status_code, r.text)
+        assert_unavailable(r)
+
+
+# --------------------------------------------------------------------------- unreachable (issue 18, item 1)
+
+
+@pytest.mark.parametrize("database_url", list(UNREACHABLE.values()), ids=list(UNREACHABLE))
+async def test_an_unreachable_database_is_a_fault_on_every_path(database_url: str) -> None:
+    async with app_client(database_url, sizing_deadline_ms=5000) as client:
+        for _ in range(3):  # every call, not only the first (the pool is not left broken)
+            assert_fault_answers(await every_path(client))
+        # the slot of an analysis that could not be stored is given back: still 503, never 429
+        for _ in range(6):
+            assert_unavailable(await bounded(client.post("/api/v1/backtests", json={"org": "acme"})))
+
+
+# --------------------------------------------------------------------------- hung (issue 18, item 5)
+
+
+@pytest.fixture
+def hung_database() -> Iterator[str]:
+    """A PostgreSQL URL whose server accepts connections and never answers a byte."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(512)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            held.append(conn)  # never read from, never written to, never closed until the end
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"postgresql://nobody@127.0.0.1:{listener.getsockname()[1]}/nothing"
+    stop.set()
+    thread.join(timeout=5)
+    listener.close()
+    for conn in held:
+        conn.close()
+
+
+async def test_a_hung_database_hangs_nothing(hung_database: str) -> None:
+    # the default settings: every path answers (degraded or 503) within the connect timeout (5 s)
+    async with app_client(hung_database) as client:
+        assert_fault_answers(await every_path(client))
+        # /readyz answers within its own second, whatever the database's timeouts are
+        started = asyncio.get_running_loop().time()
+        assert_unavailable(await bounded(client.get("/readyz")))
+        assert asyncio.get_running_loop().time() - started < HANG / 3
+
+
+async def test_a_hung_database_bounds_sizing_by_its_deadline(hung_database: str) -> None:
+    # with a connect timeout far above the deadline, what bounds sizing and stages is their deadline,
+    # which covers opening the connection
+    async with app_client(hung_database, sizing_deadline_ms=250, database_connect_timeout_seconds=120) as client:
+        sizing, stages = await asyncio.gather(
+            bounded(client.get(sizing_path())), bounded(client.post("/api/v1/stages:compute", json=STAGE))
+        )
+        assert sizing.json()["meta"]["degraded"] is True
+        assert stages.json()["degraded"] is True
+
+
+@pytest.fixture
+def lock_everything(db_url: str) -> Any:
+    """From another connection, hold what the service's writes need: SQLite's write lock, or on
+    PostgreSQL exclusive locks on the tables (reads block too). Returns ``(take, release)``."""
+    held: dict[str, Any] = {}
+    u = make_url(db_url)
+
+    async def take() -> None:
+        if db_url.startswith("sqlite"):
+            conn = sqlite3.connect(u.database or "", isolation_level=None, check_same_thread=False)
+            conn.execute("BEGIN IMMEDIATE")
+            held["sqlite"] = conn
+            return
+        conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+        tx = conn.transaction()
+        await tx.start()
+        await conn.execute("LOCK TABLE jobs, runs, overrides IN ACCESS EXCLUSIVE MODE")
+        held["pg"], held["tx"] = conn, tx
+
+    async def release() -> None:
+        if "sqlite" in held:
+            held.pop("sqlite").close()
+        if "pg" in held:
+            await held.pop("tx").rollback()
+            await held.pop("pg").close()
+
+    return take, release
+
+
+async def test_a_locked_database_answers_503_not_a_hang(db_url: str, lock_everything: Any) -> None:
+    # a database that answers connections but whose statements never finish: each write waits at
+    # most the lock (SQLite busy) or statement (PostgreSQL) timeout, then answers 503 to retry
+    take, release = lock_everything
+    settings = {"database_connect_timeout_seconds": 1, "database_statement_timeout_seconds": 1}
+    async with app_client(db_url, sizing_deadline_ms=250, **settings) as client:
+        await take()
+        try:
+            put, ingest, sizing = await asyncio.gather(
+                bounded(client.put(OVERRIDE, json={"cpu_limit": "2"})),
+                bounded(client.post("/api/v1/runs", json=run(1))),
+                bounded(client.get(sizing_path({**JOB, "job": "not-cached"}))),
+            )
+        finally:
+            await release()
+        assert_unavailable(put)
+        assert_unavailable(ingest)
+        assert sizing.status_code == 200
+        # once the locks go, the same writes succeed: nothing was left half done
+        assert (await client.put(OVERRIDE, json={"cpu_limit": "2"})).status_code == 201
+        assert (await client.post("/api/v1/runs", json=run(1))).status_code == 201

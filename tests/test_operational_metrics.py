@@ -184,14 +184,17 @@ async def test_analyses_are_counted_by_result(db_url: str) -> None:
         await asyncio.sleep(60)
         raise AssertionError("not reached")
 
+    limits = analyses.Limits()
     try:
         done, failed, interrupted = count("done"), count("failed"), count("interrupted")
         for prepare in (good, broken):
             analysis_id = await analyses.create(engine=engine, kind="backtest", request={}, created_by="t")
-            await analyses.run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind="backtest")
+            await analyses.run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind="backtest", limits=limits)
         assert (count("done") - done, count("failed") - failed) == (1, 1)
         analysis_id = await analyses.create(engine=engine, kind="backtest", request={}, created_by="t")
-        task = asyncio.create_task(analyses.run(engine=engine, analysis_id=analysis_id, prepare=slow, kind="backtest"))
+        task = asyncio.create_task(
+            analyses.run(engine=engine, analysis_id=analysis_id, prepare=slow, kind="backtest", limits=limits)
+        )
         await asyncio.sleep(0.2)
         running = value(samples(metrics.render()[0].decode()), "ci_sizer_analyses_running", kind="backtest")
         assert running == 1
@@ -201,6 +204,7 @@ async def test_analyses_are_counted_by_result(db_url: str) -> None:
         assert count("interrupted") - interrupted == 1
         assert value(samples(metrics.render()[0].decode()), "ci_sizer_analyses_running", kind="backtest") == 0
     finally:
+        limits.close()
         await engine.dispose()
 
 

@@ -272,7 +272,9 @@ def table_rows(jobs: Sequence[Job], make: Callable[[Policy], Target]) -> list[di
 
 
 def verdict(
-    rows: Sequence[dict[str, Any]], anchors: tuple[Policy, Policy] = (KRR_LOOP, VPA_LOOP), label: str = "efficient (guaranteed)"
+    rows: Sequence[dict[str, Any]],
+    anchors: tuple[Policy, Policy] = (KRR_LOOP, VPA_LOOP),
+    label: str = "efficient (guaranteed)",
 ) -> dict[str, Any]:
     """Issue 25's target for ``label``: at most half the OOM-killed runs of the better anchor, at
     most 0.8x the lower of their memory wastes, CPU waste at most VPA-like's."""

@@ -25,32 +25,46 @@ from ._reference import (
     MIB,
     MOST_ALLOCATED,
     NON_CI,
+    OOM_KILLED,
+    OOM_NEAR_LIMIT,
+    OOM_NONE,
     PARALLEL,
     PHASE_CONFIDENT,
     PHASE_LEARNING,
     PHASE_UNKNOWN,
     POLICY_CI_SIZER,
+    POLICY_EFFICIENT,
     POLICY_FIXED,
     POLICY_KRR,
     POLICY_RECORDED,
     POLICY_VPA,
+    PRIOR_EMPTY,
+    RUN_CLEAN,
+    RUN_KILLED,
+    RUN_NEAR_LIMIT,
+    SIZED_FIELDS,
     SMALLEST_NODE,
     STEP,
+    Sized,
 )
 
 BACKEND: str
 
 if TYPE_CHECKING:
     from ._reference import (
+        analysed_runs,
         backtest_walk,
         ceil_tolerant,
         compose_stage,
         cpu_limit_for,
         memory_buffer_percent,
         memory_limit_for,
+        prior_read,
+        prior_update,
         score_nodes,
         six_stats,
         size_container,
+        size_run,
     )
 
     BACKEND = "python"
@@ -59,29 +73,37 @@ else:
         if os.environ.get("CI_SIZER_PURE_PYTHON", "") not in ("", "0"):
             raise ImportError("CI_SIZER_PURE_PYTHON is set")
         from ._sizing import (
+            analysed_runs,
             backtest_walk,
             ceil_tolerant,
             compose_stage,
             cpu_limit_for,
             memory_buffer_percent,
             memory_limit_for,
+            prior_read,
+            prior_update,
             score_nodes,
             six_stats,
             size_container,
+            size_run,
         )
 
         BACKEND = "cython"
     except ImportError:
         from ._reference import (
+            analysed_runs,
             backtest_walk,
             ceil_tolerant,
             compose_stage,
             cpu_limit_for,
             memory_buffer_percent,
             memory_limit_for,
+            prior_read,
+            prior_update,
             score_nodes,
             six_stats,
             size_container,
+            size_run,
         )
 
         BACKEND = "python"
@@ -103,24 +125,38 @@ __all__ = [
     "MIB",
     "MOST_ALLOCATED",
     "NON_CI",
+    "OOM_KILLED",
+    "OOM_NEAR_LIMIT",
+    "OOM_NONE",
     "PARALLEL",
     "PHASE_CONFIDENT",
     "PHASE_LEARNING",
     "PHASE_UNKNOWN",
     "POLICY_CI_SIZER",
+    "POLICY_EFFICIENT",
     "POLICY_FIXED",
     "POLICY_KRR",
     "POLICY_RECORDED",
     "POLICY_VPA",
+    "PRIOR_EMPTY",
+    "RUN_CLEAN",
+    "RUN_KILLED",
+    "RUN_NEAR_LIMIT",
+    "SIZED_FIELDS",
     "SMALLEST_NODE",
     "STEP",
+    "Sized",
+    "analysed_runs",
     "backtest_walk",
     "ceil_tolerant",
     "compose_stage",
     "cpu_limit_for",
     "memory_buffer_percent",
     "memory_limit_for",
+    "prior_read",
+    "prior_update",
     "score_nodes",
     "six_stats",
     "size_container",
+    "size_run",
 ]

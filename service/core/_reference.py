@@ -616,6 +616,33 @@ def _efficient(
     return cpu_request, cpu_limit, request, limit, cpu_observed, mem_observed, capped
 
 
+def _newest_samples(i: int, clean: Sequence[int], efficient: bool, runs: int) -> tuple[list[int], int]:
+    """The newest ``runs`` samples before run ``i`` (efficient: at least EFFICIENT_MIN_WINDOW, E2),
+    newest first, and how many samples there are, counted up to 3 (enough for the phase, S4).
+    A sample is a clean run (S2, S5); for the efficient policy a run without a kill (E1)."""
+    window = max(runs, EFFICIENT_MIN_WINDOW) if efficient else runs
+    newest: list[int] = []
+    samples = 0
+    j = i - 1
+    while j >= 0 and (len(newest) < window or samples < 3):
+        if clean[j] == RUN_CLEAN or (efficient and clean[j] == RUN_NEAR_LIMIT):
+            if len(newest) < window:
+                newest.append(j)
+            samples += 1
+        j -= 1
+    return newest, samples
+
+
+def analysed_runs(i: int, clean: Sequence[int], policy: int, runs: int) -> list[int]:
+    """The runs before run ``i`` that a policy sizes from, newest first (S5; E1-E2): a caller
+    lists the containers of these runs in the answer (S6) in their order."""
+    if not 0 <= i <= len(clean):
+        raise ValueError(f"run index {i} outside 0..{len(clean)}")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    return _newest_samples(i, clean, policy == POLICY_EFFICIENT, runs)[0]
+
+
 def size_run(
     i: int,
     clean: Sequence[int],
@@ -667,17 +694,7 @@ def size_run(
     if policy not in (POLICY_CI_SIZER, POLICY_KRR, POLICY_VPA, POLICY_EFFICIENT):
         raise ValueError(f"unknown policy {policy}")
     efficient = policy == POLICY_EFFICIENT
-    window = max(runs, EFFICIENT_MIN_WINDOW) if efficient else runs  # E2
-    # the newest ``window`` samples before i, newest first (S5; E1: a run without a kill is a sample)
-    newest: list[int] = []
-    samples = 0  # counted up to 3: enough for the phase (S4)
-    j = i - 1
-    while j >= 0 and (len(newest) < window or samples < 3):
-        if clean[j] == RUN_CLEAN or (efficient and clean[j] == RUN_NEAR_LIMIT):
-            if len(newest) < window:
-                newest.append(j)
-            samples += 1
-        j -= 1
+    newest, samples = _newest_samples(i, clean, efficient, runs)
     phase = PHASE_UNKNOWN if samples == 0 else PHASE_LEARNING if samples <= 2 else PHASE_CONFIDENT
     analysed = [j for j in newest if present[j]]
     if policy == POLICY_KRR or policy == POLICY_VPA:

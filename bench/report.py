@@ -16,8 +16,10 @@ TITLES = {
     "ingest": "Ingest: POST runs of 3,600 samples vs a bare FastAPI app (bench/ingest.py)",
     "placement": "Placement: scoring 5,000 nodes x 50 pods, Cython vs reference (bench/placement.py)",
     "backtest": "Backtest: a year of history for 1,000 jobs at 20 runs a day (bench/backtest.py)",
+    "ui": "Operator's page and GET /api/v1/jobs at 10,000 jobs (bench/ui.py)",
+    "ui-sqlite": "Operator's page and GET /api/v1/jobs at 10,000 jobs on SQLite (bench/ui.py --sqlite)",
 }
-ORDER = ["core", "http", "history", "ingest", "placement", "backtest"]
+ORDER = ["core", "http", "history", "ingest", "placement", "backtest", "ui", "ui-sqlite"]
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:

@@ -12,8 +12,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from pydantic import ValidationError
-
 from . import __version__
 
 T = TypeVar("T")
@@ -128,6 +126,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     collect.add_argument("--retries", type=int, default=3, help="retries before spooling (default 3)")
     collect.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds, doubled each time")
+    collect.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        help="most seconds posting may add to the build, retries included, before the run is spooled "
+        "(default 5; with --flush, per spooled run)",
+    )
     collect.add_argument("--flush", type=Path, metavar="DIR", help="send the runs spooled in DIR, then exit")
     collect.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
     stage = sub.add_parser(
@@ -187,6 +192,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--max-nodes", type=int, default=1000)
     sim.add_argument("--provision-delay", type=float, default=120, help="seconds to bring a node (default 120)")
     sim.add_argument("--scale-down-idle", type=float, default=600, help="seconds an empty node lives (default 600)")
+    sim.add_argument(
+        "--expendable-cutoff",
+        type=int,
+        default=-10,
+        help="cluster-autoscaler's --expendable-pods-priority-cutoff (default -10; the ballast runs at -1000000)",
+    )
+    sim.add_argument("--ballast-coverage", type=float, default=0.9, help="auto ballast: share of bursts (default 0.9)")
     sim.add_argument("--profiles", default="spread,ci-bin-pack", help="comma-separated (default spread,ci-bin-pack)")
     sim.add_argument(
         "--ballast", default="auto", help="auto (sized from the trace), none, or N[:CPU,MEMORY] (default auto)"
@@ -219,6 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
     from .settings import Settings
 
     given = {field: getattr(args, field) for field in _FLAGS if getattr(args, field, None) is not None}
@@ -393,7 +407,7 @@ def _collect(args: argparse.Namespace) -> int:
         if not args.url:
             raise CliError("--flush needs --url (or CI_SIZER_URL)")
         try:
-            remaining = collector.flush(args.flush, args.url, args.token, say=say)
+            remaining = collector.flush(args.flush, args.url, args.token, timeout=args.timeout, say=say)
         except ValueError as exc:
             raise CliError(str(exc)) from None
         if remaining:
@@ -410,6 +424,8 @@ def _collect(args: argparse.Namespace) -> int:
         raise CliError(f"no --{', --'.join(missing)} given and none found in the CI environment")
     if args.interval <= 0:
         raise CliError("--interval must be positive")
+    if not args.timeout > 0:
+        raise CliError("--timeout must be positive")
     try:
         return collector.run_collect(
             command=command,
@@ -423,6 +439,7 @@ def _collect(args: argparse.Namespace) -> int:
             spool_dir=args.spool_dir,
             retries=args.retries,
             backoff=args.backoff,
+            timeout=args.timeout,
             say=say,
         )
     except ValueError as exc:
@@ -431,6 +448,8 @@ def _collect(args: argparse.Namespace) -> int:
 
 def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any:
     """``model`` from ``raw``, or a CliError listing each bad field (as a JSON pointer with ``pointer``)."""
+    from pydantic import ValidationError
+
     from .errors import validation_errors
 
     try:
@@ -609,9 +628,11 @@ def _simulation_body(args: argparse.Namespace) -> Any:
             "max_nodes": args.max_nodes,
             "provision_delay_seconds": args.provision_delay,
             "scale_down_idle_seconds": args.scale_down_idle,
+            "expendable_pods_priority_cutoff": args.expendable_cutoff,
         },
         "profiles": [p.strip() for p in args.profiles.split(",")],
         "ballast": ballast,
+        "ballast_coverage": args.ballast_coverage,
         "seed": args.seed,
     }
     if args.org:

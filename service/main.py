@@ -30,9 +30,12 @@ from .observability.middleware import Observability
 from .services import ceilings
 from .services.cache import AnswerCache
 from .services.changes import ChangeFeed
+from .services.jobs import SummaryRefresher
 from .services.retention import Pruner
 from .services.runs import JobIds
+from .services.sizing import Policy
 from .settings import Settings, get_settings, is_loopback
+from .ui.routes import router as ui_router
 
 log = logging.getLogger("ci_sizer")
 
@@ -139,6 +142,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(
                 _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers))
             ),
+            asyncio.create_task(
+                _periodic(
+                    settings.jobs_summary_seconds,
+                    lambda: app.state.summaries.run_once(engine, Policy.of(settings, app.state.ceilings), write_engine),
+                )
+            ),
             asyncio.create_task(_periodic(DATABASE_CHECK_SECONDS, lambda: check_database(engine))),
         ]
         if not settings.is_sqlite:
@@ -185,6 +194,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.tokens = tokens
     app.state.fleet = FleetTracker()
     app.state.pruner = Pruner(settings.retention_runs)
+    app.state.summaries = SummaryRefresher()
     app.state.job_ids = JobIds()
     app.state.ceilings = ceilings.load(settings.runner_ceilings_file)
     # on SQLite no change feed reaches other workers: with several, answers are fresh for a short TTL
@@ -194,6 +204,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(api_router)
+    app.include_router(ui_router)
     # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
     app.add_middleware(CachedSizing, cache=app.state.answers, tokens=tokens)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)

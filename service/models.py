@@ -11,6 +11,7 @@ stored, so it is not the shape of any table.
 
 from __future__ import annotations
 
+import itertools
 import re
 import unicodedata
 from datetime import UTC, datetime, timedelta
@@ -146,6 +147,7 @@ class RunContainer(SQLModel, table=True):
     cpu_avg: float = SQLField(sa_column=Column(Float(), nullable=False))
     memory_peak_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
     memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    cpu_request_millicores: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
     oom_killed: bool | None = SQLField(default=None, sa_column=Column(Boolean(), nullable=True))
     oom_kill_events: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     oom_suspect: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
@@ -173,6 +175,34 @@ class Override(SQLModel, table=True):
     updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
     updated_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     version: int = SQLField(default=1, sa_column=Column(Integer(), nullable=False))
+
+
+class JobSummary(SQLModel, table=True):
+    """What the jobs list shows of one job, kept by ``services.jobs`` off the request path: its
+    answer (the sizing service's, default parameters), what its newest run ran with, its runs and
+    OOM kills in the window and the capacity it would save per day. Sorting 10,000 jobs by waste
+    reads these rows; it never computes an answer per job per request."""
+
+    __tablename__ = "job_summaries"
+    __table_args__ = (Index("ix_job_summaries_stale", "refreshed_at"),)
+
+    job_id: int = SQLField(sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True))
+    phase: str = SQLField(sa_column=Column(String(16), nullable=False))
+    override_scope: str = SQLField(sa_column=Column(String(16), nullable=False))
+    oom_backoff: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
+    last_run_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
+    window_runs: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    window_oom_kills: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    run_hours_per_day: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    answer_cpu_request_millicores: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    answer_memory_limit_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    in_force_cpu_request_millicores: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    in_force_memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    saved_memory_gib_hours_per_day: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    saved_cpu_core_hours_per_day: float | None = SQLField(default=None, sa_column=Column(Float(), nullable=True))
+    refreshed_at: datetime = SQLField(sa_column=Column(DateTime(), nullable=False))
+    #: when an override the answer applied expires (the summary is stale from then on)
+    fresh_until: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
 
 
 class Analysis(SQLModel, table=True):
@@ -273,6 +303,9 @@ class ContainerCreate(_Strict):
     cpu_stats_millicores: CpuStats | None = None
     memory_peak_bytes: MemoryBytes = Field(description="peak working set (rule I5a), not memory.peak")
     memory_limit_bytes: Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)] | None = None
+    cpu_request_millicores: CpuValue | None = Field(
+        default=None, description="the CPU request in force during the run (for the jobs list's waste)"
+    )
     oom_killed: Annotated[bool, Field(strict=True)] | None = None
     oom_kill_events: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
 
@@ -824,14 +857,45 @@ PlacementMemory = Annotated[
 Count = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
 
 
+#: an extended resource (``example.com/gpu``): a domain-prefixed name, as Kubernetes' IsExtendedResourceName
+EXTENDED_NAME = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+ExtendedName = Annotated[str, Field(pattern=EXTENDED_NAME, max_length=253)]
+ExtendedCount = Annotated[int, Field(strict=True, ge=0, le=1_000_000)]
+PLACEMENT_MAX_EXTENDED = 8
+
+
+def _extended_keys(v: Any) -> Any:
+    """Kubernetes writes extended resources beside cpu and memory (``{"cpu": 1, "example.com/gpu": 2}``)."""
+    if isinstance(v, dict) and any(isinstance(k, str) and "/" in k for k in v):
+        out = {k: x for k, x in v.items() if not (isinstance(k, str) and "/" in k)}
+        out["extended"] = {**out.get("extended", {}), **{k: x for k, x in v.items() if isinstance(k, str) and "/" in k}}
+        return out
+    return v
+
+
 class Resources(_Strict):
     cpu: PlacementCpu | None = None
     memory: PlacementMemory | None = None
+    extended: dict[ExtendedName, ExtendedCount] = Field(
+        default_factory=dict,
+        max_length=PLACEMENT_MAX_EXTENDED,
+        description="extended resources by name (whole numbers); may also be written beside cpu and memory",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_extended(cls, v: Any) -> Any:
+        return _extended_keys(v)
 
 
 class PlacementContainer(_Strict):
     requests: Resources = Field(default_factory=Resources)
-    limits: Resources = Field(default_factory=Resources)
+    limits: Resources = Field(
+        default_factory=Resources, description="a limit without a request sets the request, per resource (PK7)"
+    )
+    restart_policy: Literal["Always"] | None = Field(
+        default=None, description="init containers only: Always makes it a sidecar, which runs beside the pod (PK7)"
+    )
 
 
 class PlacementPod(_Strict):
@@ -848,6 +912,8 @@ class PlacementPod(_Strict):
     def _one_shape(self) -> PlacementPod:
         if self.containers is not None and (self.requests is not None or self.limits is not None):
             raise ValueError("give either containers or the requests/limits shorthand, not both")
+        if any(c.restart_policy is not None for c in self.container_list()):
+            raise ValueError("restart_policy is for init containers (sidecars) only")
         return self
 
     def container_list(self) -> list[PlacementContainer]:
@@ -859,13 +925,20 @@ class PlacementPod(_Strict):
 class PlacementStep(PlacementPod):
     """The pod (or Concourse step) to place; ``job`` takes its containers from the sizer."""
 
-    step_type: Literal["task", "get", "put"] = Field(
-        default="task", description="get/put steps are never capped by limit-active-tasks (P4)"
+    step_type: Literal["task", "get", "put", "check", "resource-check"] = Field(
+        default="task",
+        description="get/put/check steps are never capped by limit-active-tasks (P4); check is a check step "
+        "inside a build, resource-check the periodic check of a resource (PC3, PC8)",
     )
     inputs: list[Name] = Field(default_factory=list, max_length=1000, description="input volumes (P2)")
     job: StageJobRef | None = Field(
         default=None,
         description="requests and limits from the sizer's recommendation for this job (all its containers)",
+    )
+    job_cpu_limit: Literal["as-applied", "enforce"] = Field(
+        default="as-applied",
+        description="a job pod's CPU limits: as the runner applies them (none in observe mode, so limit-aware "
+        "counts each container as a whole node), or the limits enforce mode would give (PK9)",
     )
 
     @model_validator(mode="after")
@@ -889,6 +962,9 @@ class PlacementNode(_Strict):
     build_containers: Count = 0
     volumes_held: list[Name] = Field(
         default_factory=list, max_length=100_000, description="volume names on the worker (P2)"
+    )
+    max_active_tasks: Count = Field(
+        default=0, description="head generation: the worker's own max active tasks, when > 0 (PC7)"
     )
 
 
@@ -922,6 +998,11 @@ def _strategy_list(v: Any) -> Any:
     return v
 
 
+NoInputStrategy = Literal[
+    "fewest-build-containers", "limit-active-tasks", "limit-active-containers", "limit-active-volumes", "random"
+]
+
+
 class PlacementChain(_Strict):
     strategies: Annotated[list[Strategy], BeforeValidator(_strategy_list)] = Field(
         min_length=1,
@@ -932,14 +1013,50 @@ class PlacementChain(_Strict):
     max_active_tasks_per_worker: Count = 0
     max_active_containers_per_worker: Count = 0
     max_active_volumes_per_worker: Count = 0
+    generation: Literal["doc", "v7.0", "head"] = Field(
+        default="doc",
+        description="doc: the seed document's filter chain (P1-P6); v7.0: Concourse 7.0's filter chain (PC1-PC3); "
+        "head: Concourse's order-and-approve (PC4-PC8)",
+    )
+    no_input_strategies: Annotated[list[NoInputStrategy], BeforeValidator(_strategy_list)] | None = Field(
+        default=None,
+        max_length=10,
+        description="head: the chain for get steps and checks inside a build; default the main chain (PC8)",
+    )
+    check_strategies: Annotated[list[NoInputStrategy], BeforeValidator(_strategy_list)] = Field(
+        default=["random"], min_length=1, max_length=10, description="head: the chain for resource checks (PC8)"
+    )
 
 
-ScorerName = Literal["least-allocated", "most-allocated", "limit-aware", "smallest-node", "largest-node"]
+ScorerName = Literal[
+    "least-allocated",
+    "most-allocated",
+    "limit-aware",
+    "smallest-node",
+    "largest-node",
+    "requested-to-capacity-ratio",
+    "balanced-allocation",
+]
+Weight = Annotated[int, Field(strict=True, ge=0, le=1 << 30)]
 
 
 class ResourceWeights(_Strict):
-    cpu: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
-    memory: Annotated[int, Field(strict=True, ge=0, le=1 << 30)] = 0
+    """The resources a scorer weighs; a resource left out is not scored. Kubernetes' scorers
+    (least/most-allocated, requested-to-capacity-ratio, balanced-allocation) read a weight of 0 as 1 (PK5)."""
+
+    cpu: Weight | None = None
+    memory: Weight | None = None
+    extended: dict[ExtendedName, Weight] = Field(default_factory=dict, max_length=PLACEMENT_MAX_EXTENDED)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_extended(cls, v: Any) -> Any:
+        return _extended_keys(v)
+
+
+class ShapePoint(_Strict):
+    utilization: Annotated[int, Field(strict=True, ge=0, le=100)]
+    score: Annotated[int, Field(strict=True, ge=0, le=10)]
 
 
 class ScorerSpec(_Strict):
@@ -952,6 +1069,27 @@ class ScorerSpec(_Strict):
     missing_limit: Resources | None = Field(
         default=None, description="limit-aware: what a container without a limit counts; default the node's allocatable"
     )
+    shape: list[ShapePoint] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=20,
+        description="requested-to-capacity-ratio: utilization 0..100 to score 0..10, utilizations increasing (PK1)",
+    )
+    kubernetes: Literal["1.35", "1.36"] = Field(
+        default="1.36",
+        description="balanced-allocation: 1.35 scores the balance with the pod (PK3); 1.36 the change in "
+        "balance the pod makes (PK4, kubernetes PR 135573)",
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> ScorerSpec:
+        if (self.name == "requested-to-capacity-ratio") != (self.shape is not None):
+            raise ValueError("shape is given for requested-to-capacity-ratio, and only for it")
+        if self.shape is not None:
+            us = [p.utilization for p in self.shape]
+            if any(b <= a for a, b in itertools.pairwise(us)):
+                raise ValueError("shape utilizations must be strictly increasing")
+        return self
 
 
 class PlacementProfile(_Strict):
@@ -1026,7 +1164,9 @@ class PlacementPodPublic(BaseModel):
 
 
 class PlacementPublic(BaseModel):
-    decision: Literal["place", "wait"]
+    decision: Literal["place", "wait", "fail"] = Field(
+        description="fail: Concourse v7.0 errors the step when a strategy leaves no worker (PC1)"
+    )
     pick: str | None
     reason: str | None = Field(description="why the step waits, or how the pick was made")
     seed: int
@@ -1069,6 +1209,11 @@ class PoolSpec(_Strict):
     max_nodes: Annotated[int, Field(strict=True, ge=1, le=10_000)] = 1000
     provision_delay_seconds: Seconds = 120.0
     scale_down_idle_seconds: Seconds = 600.0
+    expendable_pods_priority_cutoff: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = Field(
+        default=-10,
+        description="cluster-autoscaler's flag: pods with a priority below it neither trigger a scale-up nor "
+        "block a scale-down (SA3); -10 is its default",
+    )
 
 
 class SyntheticSpec(_Strict):
@@ -1114,6 +1259,9 @@ class BallastSpec(_Strict):
     replicas: Annotated[int, Field(strict=True, ge=0, le=1000)]
     cpu: PlacementCpu | None = Field(default=None, description="default: the most common build-pod size of the trace")
     memory: PlacementMemory | None = None
+    priority: Annotated[int, Field(strict=True, ge=-(2**31), le=2**31 - 1)] = Field(
+        default=-1_000_000, description="the ballast pods' priority; cf-runtime hard-codes -1000000 (SA3)"
+    )
 
 
 class SimulationCreate(_Strict):
@@ -1124,7 +1272,11 @@ class SimulationCreate(_Strict):
     ballast: Literal["auto"] | BallastSpec | None = Field(
         default="auto",
         description="each profile is also run with ballast: auto sizes it from the trace (most common pod, "
-        "most common burst within the provision delay); null runs without ballast only",
+        "the replicas that cover ballast_coverage of the bursts within the provision delay); null runs "
+        "without ballast only",
+    )
+    ballast_coverage: Annotated[float, Field(strict=False, gt=0, le=1, allow_inf_nan=False)] = Field(
+        default=0.9, description="auto ballast: the share of bursts it should absorb (SA2)"
     )
     seed: Annotated[int, Field(strict=True, ge=0, le=2**31)] = 0
 
@@ -1153,11 +1305,17 @@ class BallastPublic(BaseModel):
     window: dict[str, Any]
     provision_delay_seconds: float
     pod: StageTotalPublic = Field(description="the most common recommended build-pod size")
-    replicas: int = Field(description="the most common burst of build starts within the provision delay")
+    replicas: int = Field(description="the smallest count whose share of bursts no bigger reaches coverage (SA2)")
+    coverage: float
     bursts: dict[str, Any] = Field(description="how many bursts, the largest, the share no bigger than replicas")
-    zero_hours_utc: list[str] = Field(
-        description="hours of the week with no build start (needs a window of 7 days or more)"
+    choices: list[dict[str, Any]] = Field(
+        description="every burst size as a replica count: its covered share and node-hours per week"
     )
+    zero_hours_utc: list[str] = Field(
+        description="hours of the week with no build start, among the hour-of-week slots the data covers (SA4)"
+    )
+    hours_covered: int = Field(description="how many of the 168 hour-of-week slots the data covers")
+    autoscaler: str = Field(description="what cluster-autoscaler needs for an evicted ballast pod to bring a node")
     helm_values: str = Field(description="the cf-runtime chart's ballast.dind values")
 
 

@@ -46,15 +46,26 @@ def time_axis(span_seconds: float, max_ticks: int = 8) -> tuple[str, float, list
     return label, scale, [k * step * scale for k in range(count + 1)]
 
 
+def round_ticks(span: float, max_ticks: int = 8) -> list[float]:
+    """Ticks from 0 to ``span`` at a round step (1, 2 or 5 times a power of ten), at most ``max_ticks``."""
+    raw = span / max(max_ticks - 1, 1)
+    magnitude = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    return [k * step for k in range(int(span / step + 1e-9) + 1)]
+
+
 def line_panels(
     title: str,
     panels: Sequence[tuple[str, dict[str, list[tuple[float, float]]]]],
     *,
     width: int = 900,
     panel_height: int = 180,
+    markers: Sequence[tuple[int, str, list[tuple[float, float]]]] = (),
+    x_label: str | None = None,
 ) -> str:
-    """Stacked panels sharing the x axis (seconds, shown in a unit that suits the window); each
-    panel maps a series name to ``(x, y)`` points."""
+    """Stacked panels sharing the x axis (seconds, shown in a unit that suits the window; or, with
+    ``x_label``, plain numbers such as run indexes); each panel maps a series name to ``(x, y)``
+    points. ``markers``: ``(panel index, name, points)`` drawn as red crosses, named in the legend."""
     left, right, top, gap = 60, 160, 40, 46
     height = top + len(panels) * (panel_height + gap) + 10
     plot_w = width - left - right
@@ -89,7 +100,20 @@ def line_panels(
                     f'<rect x="{left + plot_w + 14}" y="{y0 + 20 + 16 * s}" width="10" height="10" fill="{color}"/>'
                 )
                 out.append(f'<text x="{left + plot_w + 28}" y="{y0 + 29 + 16 * s}">{escape(name)}</text>')
-    x_label, x_scale, ticks = time_axis(x_max)
+        for m, (_panel, name, pts) in enumerate(mk for mk in markers if mk[0] == p):
+            for x, y in pts:
+                cx, cy = left + plot_w * x / x_max, base - (panel_height - 18) * y / y_max
+                out.append(
+                    f'<path class="marker" d="M{cx - 5:.1f},{cy - 5:.1f}L{cx + 5:.1f},{cy + 5:.1f}'
+                    f'M{cx - 5:.1f},{cy + 5:.1f}L{cx + 5:.1f},{cy - 5:.1f}" stroke="#d00" stroke-width="2"/>'
+                )
+            if pts:
+                ly = y0 + 29 + 16 * (len(series) + m)
+                out.append(f'<text x="{left + plot_w + 14}" y="{ly}" fill="#d00">x {escape(name)}</text>')
+    if x_label is None:
+        x_label, x_scale, ticks = time_axis(x_max)
+    else:
+        x_scale, ticks = 1.0, round_ticks(x_max)
     base_x = top + len(panels) * (panel_height + gap) - gap + 14
     for x in ticks:
         out.append(

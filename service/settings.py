@@ -78,6 +78,7 @@ class Settings(BaseSettings):
     )
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
+    jobs_summary_seconds: float = Field(default=2.0, gt=0, description="how often job summaries are refreshed")
     sizing_cache_entries: int = Field(
         default=20_000, ge=0, description="jobs whose answers are kept in process (0: no cache, no degraded answers)"
     )

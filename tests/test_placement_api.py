@@ -39,6 +39,25 @@ async def test_job_reference_takes_the_recommendation(client: httpx.AsyncClient)
     assert a["pick"] == "n0"
 
 
+async def test_pk9_job_pod_with_the_limits_enforce_would_give(client: httpx.AsyncClient) -> None:
+    # PK9: in observe mode a sized pod carries no CPU limit, so limit-aware counts it as a whole node;
+    # job_cpu_limit=enforce takes the CPU limit enforce mode would give (rule S12) instead
+    await post_runs(client, run(1, container(cpu=500.0, mem=600 * MIB)), run(2, container(cpu=300.0, mem=400 * MIB)))
+    rec = (await sizing(client))["containers"][0]
+    profile = {"scorers": [{"name": "limit-aware", "resources": {"cpu": 1}}]}
+    as_applied = await advise(client, {"nodes": nodes(4, 8), "pod": {"job": JOB}, "profile": profile})
+    assert as_applied["pod"]["containers_without_limit"]["cpu"] == 1
+    # L = the node's whole 4000m: (4000 - 4000) * 100 / 4000 = 0 on n0
+    assert {c["name"]: c["scores"][0]["raw"] for c in as_applied["candidates"]}["n0"] == 0.0
+    enforced = await advise(
+        client, {"nodes": nodes(4, 8), "pod": {"job": JOB, "job_cpu_limit": "enforce"}, "profile": profile}
+    )
+    limit = rec["cpu"]["limit_millicores"]
+    assert enforced["pod"]["containers_without_limit"]["cpu"] == 0
+    assert enforced["pod"]["limits"]["cpu_millicores"] == limit
+    assert {c["name"]: c["scores"][0]["raw"] for c in enforced["candidates"]}["n0"] == (4000 - limit) * 100 / 4000
+
+
 async def test_unknown_job_takes_the_defaults(client: httpx.AsyncClient) -> None:
     a = await advise(client, {"nodes": nodes(4), "pod": {"job": {**JOB, "job": "never-seen"}}, "profile": "spread"})
     assert (a["pod"]["source"], a["pod"]["phase"]) == ("default", "unknown")
@@ -73,6 +92,37 @@ async def test_seed_reproduces_the_pick(client: httpx.AsyncClient) -> None:
         (
             {"nodes": [{"name": "w", "active_tasks": -1}], "pod": {}, "chain": {"strategies": "random"}},
             "body/nodes/0/active_tasks",
+        ),
+        (
+            {"nodes": nodes(4), "pod": {}, "profile": {"scorers": [{"name": "requested-to-capacity-ratio"}]}},
+            "body/profile/scorers/0",
+        ),
+        (
+            {
+                "nodes": nodes(4),
+                "pod": {},
+                "profile": {
+                    "scorers": [
+                        {
+                            "name": "requested-to-capacity-ratio",
+                            "shape": [{"utilization": 50, "score": 1}, {"utilization": 50, "score": 2}],
+                        }
+                    ]
+                },
+            },
+            "body/profile/scorers/0",
+        ),
+        (
+            {"nodes": nodes(4), "pod": {"containers": [{"restart_policy": "Always"}]}, "profile": "spread"},
+            "body/pod",
+        ),
+        (
+            {"nodes": nodes(4), "pod": {"requests": {"example.com/gpu": -1}}, "profile": "spread"},
+            "body/pod/requests/extended/example.com/gpu",
+        ),
+        (
+            {"nodes": nodes(4), "pod": {}, "chain": {"strategies": "random", "generation": "v8"}},
+            "body/chain/generation",
         ),
     ],
 )

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter
 
-from . import health, metrics, overrides, placement, runs, simulations, sizing, stages
+from . import health, jobs, metrics, overrides, placement, runs, simulations, sizing, stages
 
 api_router = APIRouter()
 api_router.include_router(health.router)
@@ -13,3 +13,4 @@ api_router.include_router(sizing.router)
 api_router.include_router(stages.router)
 api_router.include_router(placement.router)
 api_router.include_router(simulations.router)
+api_router.include_router(jobs.router)

@@ -273,6 +273,7 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
             if_none_match=if_none_match,
         )
         await _commit_change(request, session)
+        request.app.state.summaries.note_scope(key)
         public = to_public(saved)
         response.status_code = 201 if created else 200
         response.headers["ETag"] = public.etag
@@ -288,6 +289,7 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
         principal.ensure_org(key.org)
         await overrides_service.delete(session=session, key=key, if_match=if_match)
         await _commit_change(request, session)
+        request.app.state.summaries.note_scope(key)
         return Response(status_code=204)
 
     return get_override, put_override, delete_override

@@ -45,7 +45,7 @@ async def advise(body: PlacementAdvise, request: Request, principal: ReadPrincip
             )
         phase = answer["meta"]["phase"]
         info = {"source": "default" if phase == "unknown" else "recommendation", "phase": phase, "degraded": degraded}
-        pod = placement_service.pod_from_answer(answer).model_copy(
+        pod = placement_service.pod_from_answer(answer, cpu_limit=body.pod.job_cpu_limit).model_copy(
             update={"init_containers": body.pod.init_containers, "overhead": body.pod.overhead}
         )
     return placement_service.advise(body, pod, info)

@@ -94,6 +94,7 @@ async def _store(request: Request, session: AsyncSession, body: RunCreate) -> Ru
     if done.run.result == "created":
         request.app.state.answers.invalidate(key)  # after the commit: this worker reads its own writes
         request.app.state.pruner.note(done.job_id, key)
+        request.app.state.summaries.note(done.job_id, key)
         if not done.run.clean:
             OOM_SUSPECT_RUNS.inc()
     return done.run

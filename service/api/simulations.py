@@ -19,7 +19,16 @@ from ..errors import (
     Unauthorized,
     problem_responses,
 )
-from ..models import AnalysisPublic, BacktestCreate, BallastPublic, Name, SimulationCreate, utcnow
+from ..models import (
+    AnalysisPublic,
+    BacktestCreate,
+    BallastPublic,
+    Name,
+    PlacementCpu,
+    PlacementMemory,
+    SimulationCreate,
+    utcnow,
+)
 from ..services import analyses, simulate
 from ..services import backtest as backtest_service
 from ..services import ballast as ballast_service
@@ -39,19 +48,21 @@ def pool_of(body: SimulationCreate) -> simulate.Pool:
         max_nodes=p.max_nodes,
         provision_delay=p.provision_delay_seconds,
         scale_down_idle=p.scale_down_idle_seconds,
+        expendable_cutoff=p.expendable_pods_priority_cutoff,
     )
 
 
 def ballast_of(body: SimulationCreate, builds: list[simulate.Build], provision_delay: float) -> simulate.Ballast | None:
     if body.ballast is None:
         return None
-    auto = simulate.auto_ballast(builds, provision_delay)
+    auto = simulate.auto_ballast(builds, provision_delay, body.ballast_coverage)
     if body.ballast == "auto":
         return auto
     return simulate.Ballast(
         body.ballast.replicas,
         auto.cpu if body.ballast.cpu is None else body.ballast.cpu,
         auto.memory if body.ballast.memory is None else body.ballast.memory,
+        body.ballast.priority,
     )
 
 
@@ -159,11 +170,19 @@ async def get_ballast(
     provision_delay_seconds: Annotated[
         float, Query(ge=1, le=86400, description="how long the autoscaler takes to bring a node")
     ] = 120,
+    coverage: Annotated[
+        float, Query(gt=0, le=1, description="the share of bursts the ballast should absorb (SA2)")
+    ] = ballast_service.COVERAGE,
+    node_cpu: Annotated[
+        PlacementCpu, Query(description="the node the ballast lands on, to cost each choice in node-hours")
+    ] = 8000,
+    node_memory: Annotated[PlacementMemory, Query(description="the node's memory")] = 32 << 30,
 ) -> dict[str, Any]:
     """Ballast pods for instant build starts: their size (the most common recommended build-pod
-    size), their count (the most common burst of build starts within the provision delay, with the
-    share of bursts it covers), the hours of the week with no build (ballast can scale to zero),
-    and the cf-runtime Helm values to paste."""
+    size), their count (the smallest that covers ``coverage`` of the bursts of build starts within
+    the provision delay, with every choice's share and cost in node-hours), the hours of the week
+    with no build among those the data covers (ballast can scale to zero), what the autoscaler
+    needs for an evicted ballast pod to bring a node, and the cf-runtime Helm values to paste."""
     principal.ensure_org(org)
     until = utcnow()
     async with request.app.state.engine.connect() as conn:
@@ -174,6 +193,9 @@ async def get_ballast(
             until=until,
             provision_delay=provision_delay_seconds,
             policy=policy_of(request),
+            coverage=coverage,
+            node_cpu=node_cpu,
+            node_memory=node_memory,
         )
 
 

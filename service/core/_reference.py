@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -316,19 +316,24 @@ def compose_stage(
 
 
 # --------------------------------------------------------------------------- node scoring
-# Rules P7-P10 of ``shared/spec/placement.md``: Kubernetes scoring of every node for one pod.
+# Rules P7-P10 and PK1-PK6 of ``docs/placement.md``: Kubernetes scoring of every node for one pod.
 # Pods already on the nodes arrive as parallel arrays (one entry per pod, ``pod_node`` its node's
 # index); CPU in millicores, memory in bytes. A pod's ``req`` is its request as the Kubernetes
 # fit filter counts it, ``nz`` the non-zero request NodeResourcesFit scores with (a container
 # without a request counts 100m/200Mi), ``lim`` the sum of its containers' limits and ``miss`` how
 # many of its containers have no limit (each counts as a default: the node's allocatable unless
-# the scorer names a value).
+# the scorer names a value). Extended resources (``example.com/gpu``) arrive as ``E`` more columns:
+# ``ext_alloc`` n*E node allocatable, ``ext_req`` p*E requests of the pods already placed, and the
+# new pod's E requests after its first 8 values.
 
 LEAST_ALLOCATED = 0
 MOST_ALLOCATED = 1
 LIMIT_AWARE = 2
 SMALLEST_NODE = 3
 LARGEST_NODE = 4
+REQUESTED_TO_CAPACITY_RATIO = 5
+BALANCED_ALLOCATION = 6  # Kubernetes <= 1.35: the balance with the pod (PK3)
+BALANCED_ALLOCATION_CHANGE = 7  # Kubernetes >= 1.36 (PR 135573): the change in balance (PK4)
 MAX_NODE_SCORE = 100
 
 
@@ -338,6 +343,85 @@ def _fit_score(kind: int, requested: int, capacity: int) -> int:
     if kind == LEAST_ALLOCATED:
         return 0 if requested > capacity else (capacity - requested) * MAX_NODE_SCORE // capacity
     return min(requested, capacity) * MAX_NODE_SCORE // capacity
+
+
+def _trunc_div(a: int, b: int) -> int:
+    """Go's integer division: truncates toward zero (Python's ``//`` floors)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def _shape_score(shape: Sequence[int], p: int) -> int:
+    """``helper.BuildBrokenLinearFunction`` over the flat ``(u0, s0, u1, s1, ...)`` points (PK1)."""
+    k = len(shape) // 2
+    for i in range(k):
+        if p <= shape[2 * i]:
+            if i == 0:
+                return shape[1]
+            u0, s0, u1, s1 = shape[2 * i - 2], shape[2 * i - 1], shape[2 * i], shape[2 * i + 1]
+            return s0 + _trunc_div((s1 - s0) * (p - u0), u1 - u0)
+    return shape[2 * k - 1] if k else 0
+
+
+def _balance(requested: Sequence[int], allocatable: Sequence[int]) -> int:
+    """``balancedResourceScorer`` of Kubernetes <= 1.35: ``int((1 - std) * 100)`` over the
+    fractions ``min(requested / allocatable, 1)`` of the resources with allocatable > 0 (PK3)."""
+    fractions: list[float] = []
+    total = 0.0
+    for req, cap in zip(requested, allocatable, strict=True):
+        if cap == 0:
+            continue
+        fraction = float(req) / float(cap)
+        if fraction > 1:
+            fraction = 1.0
+        total += fraction
+        fractions.append(fraction)
+    std = 0.0
+    if len(fractions) == 2:
+        std = abs((fractions[0] - fractions[1]) / 2)
+    elif len(fractions) > 2:
+        mean = total / len(fractions)
+        acc = 0.0
+        for f in fractions:
+            acc = acc + (f - mean) * (f - mean)
+        std = math.sqrt(acc / len(fractions))
+    return int((1 - std) * float(MAX_NODE_SCORE))
+
+
+def _resource_score(
+    kind: int,
+    requested: Sequence[int],
+    allocated: Sequence[int],
+    allocatable: Sequence[int],
+    weights: Sequence[int],
+    shape: Sequence[int],
+) -> int:
+    """One node's score by a ``resourceAllocationScorer`` (PK1-PK5): ``allocatable`` is 0 for a
+    resource the scorer skips (not listed, allocatable 0, or an extended resource the pod does not
+    request), ``requested`` includes the pod, ``allocated`` does not."""
+    if kind == BALANCED_ALLOCATION:
+        return _balance(requested, allocatable)
+    if kind == BALANCED_ALLOCATION_CHANGE:
+        with_pod = _balance(requested, allocatable)
+        without = _balance(allocated, allocatable)
+        return MAX_NODE_SCORE // 2 + (MAX_NODE_SCORE // 2 + with_pod - without) // 2
+    acc = wsum = 0
+    for req, cap, w in zip(requested, allocatable, weights, strict=True):
+        if cap == 0:
+            continue
+        if kind == REQUESTED_TO_CAPACITY_RATIO:
+            value = _shape_score(shape, 100 if req >= cap else (req * 100 // cap if req > 0 else 0))
+            if value <= 0:
+                continue
+        else:
+            value = _fit_score(kind, req, cap)
+        acc += value * w
+        wsum += w
+    if wsum == 0:
+        return 0
+    if kind == REQUESTED_TO_CAPACITY_RATIO:
+        return (2 * acc + wsum) // (2 * wsum)  # math.Round of the mean, all terms >= 0
+    return acc // wsum
 
 
 def score_nodes(
@@ -353,14 +437,19 @@ def score_nodes(
     miss_cpu: Sequence[int],
     miss_mem: Sequence[int],
     pod: Sequence[int],
-    scorers: Sequence[Sequence[int]],
+    scorers: Sequence[Sequence[Any]],
+    ext_alloc: Sequence[int] = (),
+    ext_req: Sequence[int] = (),
 ) -> tuple[list[bool], list[list[float]], list[list[int]], list[int]]:
     """Fit and score every node for a pod.
 
     ``pod`` is the new pod's ``(req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu,
-    miss_mem)``, its limit already ``max(sum of containers, largest init container) + overhead``.
-    ``scorers`` are ``(kind, weight, cpu_weight, memory_weight, missing_cpu, missing_memory)``,
-    a missing default < 0 meaning the node's allocatable.
+    miss_mem, ext_0 .. ext_E-1)``, its limit already ``max(sum of containers, largest init
+    container) + overhead``. ``scorers`` are ``(kind, weight, cpu_weight, memory_weight,
+    missing_cpu, missing_memory)``, optionally followed by the E extended-resource weights and the
+    flat shape ``(u0, s0, u1, s1, ...)`` (scores 0..100) of ``requested-to-capacity-ratio``; a
+    missing default < 0 means the node's allocatable; a resource weight <= 0 means the resource
+    is not scored.
 
     Returns ``(fits, raw, scores, totals)``: per node whether the pod's requests fit (P10's
     filter); per scorer the raw value and the 0..100 score of every node (0 for nodes that do not
@@ -373,10 +462,14 @@ def score_nodes(
     for column in (req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu, miss_mem):
         if len(column) != p:
             raise ValueError("the pod columns differ in length")
+    e = len(pod) - 8
+    if e < 0 or len(ext_alloc) != n * e or len(ext_req) != p * e:
+        raise ValueError("the extended-resource columns differ in length")
     used_req = [[0] * n, [0] * n]
     used_nz = [[0] * n, [0] * n]
     used_lim = [[0] * n, [0] * n]
     used_miss = [[0] * n, [0] * n]
+    used_ext = [0] * (n * e)
     for i in range(p):
         node = pod_node[i]
         if not 0 <= node < n:
@@ -389,33 +482,61 @@ def score_nodes(
         used_lim[1][node] += lim_mem[i]
         used_miss[0][node] += miss_cpu[i]
         used_miss[1][node] += miss_mem[i]
+        for x in range(e):
+            used_ext[node * e + x] += ext_req[i * e + x]
     alloc = (alloc_cpu, alloc_mem)
-    fits = [all(used_req[r][j] + pod[r] <= alloc[r][j] for r in (0, 1)) for j in range(n)]
+    pod_ext = [pod[8 + x] for x in range(e)]
+    fits = [
+        all(used_req[r][j] + pod[r] <= alloc[r][j] for r in (0, 1))
+        and all(pod_ext[x] <= 0 or used_ext[j * e + x] + pod_ext[x] <= ext_alloc[j * e + x] for x in range(e))
+        for j in range(n)
+    ]
     raws: list[list[float]] = []
     scores: list[list[int]] = []
     totals = [0] * n
-    for kind, weight, w_cpu, w_mem, missing_cpu, missing_mem in scorers:
+    for spec in scorers:
+        kind, weight, w_cpu, w_mem, missing_cpu, missing_mem = (int(v) for v in spec[:6])
+        ext_weights = [int(v) for v in spec[6]] if len(spec) > 6 else [0] * e
+        shape = [int(v) for v in spec[7]] if len(spec) > 7 else []
+        if len(ext_weights) != e:
+            raise ValueError("a scorer's extended-resource weights differ in length from the pod's")
         weights = (w_cpu, w_mem)
         missing = (missing_cpu, missing_mem)
         raw = [0.0] * n
         score = [0] * n
-        if kind == LEAST_ALLOCATED or kind == MOST_ALLOCATED:
-            wsum = w_cpu + w_mem
+        if kind in (LEAST_ALLOCATED, MOST_ALLOCATED, REQUESTED_TO_CAPACITY_RATIO):
+            if kind == REQUESTED_TO_CAPACITY_RATIO and not shape:
+                raise ValueError("requested-to-capacity-ratio needs a shape")
+            all_weights = [*weights, *ext_weights]
             for j in range(n):
                 if not fits[j]:
                     continue
-                acc = 0
-                for r in (0, 1):
-                    acc += _fit_score(kind, used_nz[r][j] + pod[2 + r], alloc[r][j]) * weights[r]
-                score[j] = acc // wsum if wsum > 0 else 0
+                requested = [used_nz[0][j] + pod[2], used_nz[1][j] + pod[3]]
+                requested += [used_ext[j * e + x] + pod_ext[x] for x in range(e)]
+                caps = [alloc[0][j], alloc[1][j], *(ext_alloc[j * e + x] for x in range(e))]
+                caps = [0 if all_weights[r] <= 0 or (r >= 2 and pod_ext[r - 2] == 0) else caps[r] for r in range(2 + e)]
+                score[j] = _resource_score(kind, requested, requested, caps, all_weights, shape)
                 raw[j] = float(score[j])
+        elif kind in (BALANCED_ALLOCATION, BALANCED_ALLOCATION_CHANGE):
+            listed = [w > 0 for w in (*weights, *ext_weights)]
+            pod_req = [pod[0], pod[1], *pod_ext]
+            if any(listed[r] and pod_req[r] != 0 for r in range(2 + e)):  # a best-effort pod is skipped
+                for j in range(n):
+                    if not fits[j]:
+                        continue
+                    allocated = [used_req[0][j], used_req[1][j], *(used_ext[j * e + x] for x in range(e))]
+                    requested = [allocated[r] + pod_req[r] for r in range(2 + e)]
+                    caps = [alloc[0][j], alloc[1][j], *(ext_alloc[j * e + x] for x in range(e))]
+                    caps = [0 if not listed[r] or (r >= 2 and pod_req[r] == 0) else caps[r] for r in range(2 + e)]
+                    score[j] = _resource_score(kind, requested, allocated, caps, [1] * (2 + e), shape)
+                    raw[j] = float(score[j])
         elif kind == LIMIT_AWARE or kind == SMALLEST_NODE or kind == LARGEST_NODE:
             for j in range(n):
                 if not fits[j]:
                     continue
                 value = 0.0
                 for r in (0, 1):
-                    if weights[r] == 0:
+                    if weights[r] <= 0:
                         continue
                     cap = alloc[r][j]
                     if kind == LIMIT_AWARE:

@@ -9,7 +9,7 @@ over a copy of everything instead (quickselect, with a sort fallback past a dept
 
 from array import array
 
-from libc.math cimport ceil, fabs, floor, isfinite
+from libc.math cimport ceil, fabs, floor, isfinite, sqrt
 from libc.stdlib cimport calloc, free, malloc, qsort
 from libc.string cimport memset
 
@@ -585,6 +585,9 @@ MOST_ALLOCATED = 1
 LIMIT_AWARE = 2
 SMALLEST_NODE = 3
 LARGEST_NODE = 4
+REQUESTED_TO_CAPACITY_RATIO = 5
+BALANCED_ALLOCATION = 6
+BALANCED_ALLOCATION_CHANGE = 7
 
 
 cdef object _int64(object column):
@@ -610,11 +613,84 @@ cdef inline long long _fit_score(long long kind, long long requested, long long 
     return requested * 100 // capacity
 
 
+cdef long long _shape_score(const long long* shape, Py_ssize_t k, long long p) noexcept nogil:
+    """``helper.BuildBrokenLinearFunction``; C division truncates toward zero, as Go's does."""
+    cdef Py_ssize_t i
+    for i in range(k):
+        if p <= shape[2 * i]:
+            if i == 0:
+                return shape[1]
+            return shape[2 * i - 1] + (shape[2 * i + 1] - shape[2 * i - 1]) * (p - shape[2 * i - 2]) // (
+                shape[2 * i] - shape[2 * i - 2]
+            )
+    if k == 0:
+        return 0
+    return shape[2 * k - 1]
+
+
+cdef long long _balance(const long long* requested, const long long* allocatable, Py_ssize_t r, double* fractions) noexcept nogil:
+    cdef Py_ssize_t i, m = 0
+    cdef double total = 0.0, fraction, std = 0.0, mean, acc
+    for i in range(r):
+        if allocatable[i] == 0:
+            continue
+        fraction = <double>requested[i] / <double>allocatable[i]
+        if fraction > 1:
+            fraction = 1.0
+        total += fraction
+        fractions[m] = fraction
+        m += 1
+    if m == 2:
+        std = fabs((fractions[0] - fractions[1]) / 2)
+    elif m > 2:
+        mean = total / <double>m
+        acc = 0.0
+        for i in range(m):
+            acc = acc + (fractions[i] - mean) * (fractions[i] - mean)
+        std = sqrt(acc / <double>m)
+    return <long long>((1 - std) * 100.0)
+
+
+cdef long long _resource_score(
+    long long kind, const long long* requested, const long long* allocated, const long long* allocatable,
+    const long long* weights, Py_ssize_t r, const long long* shape, Py_ssize_t k, double* fractions,
+) noexcept nogil:
+    cdef long long acc = 0, wsum = 0, value, with_pod, without
+    cdef Py_ssize_t i
+    if kind == 6:
+        return _balance(requested, allocatable, r, fractions)
+    if kind == 7:
+        with_pod = _balance(requested, allocatable, r, fractions)
+        without = _balance(allocated, allocatable, r, fractions)
+        return 50 + (50 + with_pod - without) // 2
+    for i in range(r):
+        if allocatable[i] == 0:
+            continue
+        if kind == 5:
+            if requested[i] >= allocatable[i]:
+                value = _shape_score(shape, k, 100)
+            elif requested[i] > 0:
+                value = _shape_score(shape, k, requested[i] * 100 // allocatable[i])
+            else:
+                value = _shape_score(shape, k, 0)
+            if value <= 0:
+                continue
+        else:
+            value = _fit_score(kind, requested[i], allocatable[i])
+        acc += value * weights[i]
+        wsum += weights[i]
+    if wsum == 0:
+        return 0
+    if kind == 5:
+        return (2 * acc + wsum) // (2 * wsum)
+    return acc // wsum
+
+
 def score_nodes(
     alloc_cpu, alloc_mem, pod_node, req_cpu, req_mem, nz_cpu, nz_mem, lim_cpu, lim_mem, miss_cpu, miss_mem,
-    pod, scorers,
+    pod, scorers, ext_alloc=(), ext_req=(),
 ):
-    """Fit and score every node for a pod (rules P7-P10; see ``_reference``)."""
+    """Fit and score every node for a pod (rules P7-P10, PK1-PK5; see ``_reference``)."""
     cdef const long long[::1] a_cpu = _int64(alloc_cpu)
     cdef const long long[::1] a_mem = _int64(alloc_mem)
     cdef Py_ssize_t n = a_cpu.shape[0]
@@ -626,6 +702,9 @@ def score_nodes(
     for c in cols:
         if len(c) != p:
             raise ValueError("the pod columns differ in length")
+    cdef Py_ssize_t e = len(pod) - 8
+    if e < 0 or len(ext_alloc) != n * e or len(ext_req) != p * e:
+        raise ValueError("the extended-resource columns differ in length")
     cdef const long long[::1] r_cpu = cols[0]
     cdef const long long[::1] r_mem = cols[1]
     cdef const long long[::1] z_cpu = cols[2]
@@ -634,13 +713,19 @@ def score_nodes(
     cdef const long long[::1] l_mem = cols[5]
     cdef const long long[::1] m_cpu = cols[6]
     cdef const long long[::1] m_mem = cols[7]
-    cdef long long[8] q
-    cdef Py_ssize_t i, j, r
-    for i in range(8):
-        q[i] = pod[i]
+    ext_alloc_buf = _int64(ext_alloc) if e > 0 else array("q", [0])
+    ext_req_buf = _int64(ext_req) if e > 0 and p > 0 else array("q", [0])
+    cdef const long long[::1] x_alloc = ext_alloc_buf
+    cdef const long long[::1] x_req = ext_req_buf
+    q_buf = array("q", [int(v) for v in pod])
+    cdef const long long[::1] q = q_buf
+    cdef Py_ssize_t i, j, r, x
+    cdef Py_ssize_t nr = 2 + e
     # per node: 0-1 requests, 2-3 non-zero requests, 4-5 limits, 6-7 containers without a limit
     used = array("q", bytes(8 * 8 * (n if n > 0 else 1)))
     cdef long long[::1] u = used
+    used_ext_buf = array("q", bytes(8 * (n * e if n * e > 0 else 1)))
+    cdef long long[::1] ux = used_ext_buf
     cdef long long node
     for i in range(p):
         node = p_node[i]
@@ -654,34 +739,91 @@ def score_nodes(
         u[node * 8 + 5] += l_mem[i]
         u[node * 8 + 6] += m_cpu[i]
         u[node * 8 + 7] += m_mem[i]
+        for x in range(e):
+            ux[node * e + x] += x_req[i * e + x]
     fits_buf = array("b", bytes(n))
     cdef signed char[::1] fits = fits_buf
     for j in range(n):
         fits[j] = u[j * 8] + q[0] <= a_cpu[j] and u[j * 8 + 1] + q[1] <= a_mem[j]
+        for x in range(e):
+            if q[8 + x] > 0 and ux[j * e + x] + q[8 + x] > x_alloc[j * e + x]:
+                fits[j] = 0
     totals_buf = array("q", bytes(8 * n))
     cdef long long[::1] totals = totals_buf
+    # scratch per node: requested, allocated, allocatable, weights (nr each) and fractions
+    scratch_buf = array("q", bytes(8 * 4 * nr))
+    cdef long long[::1] sc = scratch_buf
+    fractions_buf = array("d", bytes(8 * nr))
+    cdef double[::1] fr = fractions_buf
     raws = []
     scores = []
-    cdef long long kind, weight, w0, w1, miss0, miss1, acc, wsum, cap, default, limit
+    cdef long long kind, weight, w0, w1, miss0, miss1, cap, default, limit
     cdef double value, low, high
-    cdef bint seen
+    cdef bint seen, any_request
     cdef double[::1] raw
     cdef long long[::1] score
+    cdef const long long[::1] wx
+    cdef const long long[::1] shp
+    cdef Py_ssize_t k
     for scorer in scorers:
-        kind, weight, w0, w1, miss0, miss1 = scorer
+        kind, weight, w0, w1, miss0, miss1 = scorer[:6]
+        wx_buf = array("q", [int(v) for v in scorer[6]]) if len(scorer) > 6 else array("q", bytes(8 * e))
+        if len(wx_buf) != e:
+            raise ValueError("a scorer's extended-resource weights differ in length from the pod's")
+        wx_buf.append(0)  # never empty
+        wx = wx_buf
+        shape_buf = array("q", [int(v) for v in scorer[7]]) if len(scorer) > 7 else array("q")
+        k = len(shape_buf) // 2
+        shape_buf.append(0)
+        shp = shape_buf
         raw_buf = array("d", bytes(8 * n))
         score_buf = array("q", bytes(8 * n))
         raw = raw_buf
         score = score_buf
-        if kind == 0 or kind == 1:
-            wsum = w0 + w1
+        if kind == 0 or kind == 1 or kind == 5:
+            if kind == 5 and k == 0:
+                raise ValueError("requested-to-capacity-ratio needs a shape")
+            sc[3 * nr + 0] = w0
+            sc[3 * nr + 1] = w1
+            for x in range(e):
+                sc[3 * nr + 2 + x] = wx[x]
             for j in range(n):
                 if not fits[j]:
                     continue
-                acc = _fit_score(kind, u[j * 8 + 2] + q[2], a_cpu[j]) * w0
-                acc += _fit_score(kind, u[j * 8 + 3] + q[3], a_mem[j]) * w1
-                score[j] = acc // wsum if wsum > 0 else 0
+                sc[0] = u[j * 8 + 2] + q[2]
+                sc[1] = u[j * 8 + 3] + q[3]
+                sc[2 * nr + 0] = a_cpu[j] if w0 > 0 else 0
+                sc[2 * nr + 1] = a_mem[j] if w1 > 0 else 0
+                for x in range(e):
+                    sc[2 + x] = ux[j * e + x] + q[8 + x]
+                    sc[2 * nr + 2 + x] = x_alloc[j * e + x] if wx[x] > 0 and q[8 + x] != 0 else 0
+                score[j] = _resource_score(
+                    kind, &sc[0], &sc[0], &sc[2 * nr], &sc[3 * nr], nr, &shp[0], k, &fr[0]
+                )
                 raw[j] = <double>score[j]
+        elif kind == 6 or kind == 7:
+            any_request = (w0 > 0 and q[0] != 0) or (w1 > 0 and q[1] != 0)
+            for x in range(e):
+                if wx[x] > 0 and q[8 + x] != 0:
+                    any_request = True
+            if any_request:
+                for j in range(n):
+                    if not fits[j]:
+                        continue
+                    sc[nr + 0] = u[j * 8 + 0]
+                    sc[nr + 1] = u[j * 8 + 1]
+                    sc[0] = u[j * 8 + 0] + q[0]
+                    sc[1] = u[j * 8 + 1] + q[1]
+                    sc[2 * nr + 0] = a_cpu[j] if w0 > 0 else 0
+                    sc[2 * nr + 1] = a_mem[j] if w1 > 0 else 0
+                    for x in range(e):
+                        sc[nr + 2 + x] = ux[j * e + x]
+                        sc[2 + x] = ux[j * e + x] + q[8 + x]
+                        sc[2 * nr + 2 + x] = x_alloc[j * e + x] if wx[x] > 0 and q[8 + x] != 0 else 0
+                    score[j] = _resource_score(
+                        kind, &sc[0], &sc[nr], &sc[2 * nr], &sc[3 * nr], nr, &shp[0], k, &fr[0]
+                    )
+                    raw[j] = <double>score[j]
         elif kind == 2 or kind == 3 or kind == 4:
             seen = False
             low = 0.0
@@ -691,7 +833,7 @@ def score_nodes(
                     continue
                 value = 0.0
                 for r in range(2):
-                    if (w0 if r == 0 else w1) == 0:
+                    if (w0 if r == 0 else w1) <= 0:
                         continue
                     cap = a_cpu[j] if r == 0 else a_mem[j]
                     if kind == 2:

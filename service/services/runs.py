@@ -113,21 +113,23 @@ def prepare(body: RunCreate) -> PreparedRun:
                 **{f"cpu_{k}": v for k, v in zip(STAT_NAMES, stats, strict=True)},
                 "memory_peak_bytes": c.memory_peak_bytes,
                 "memory_limit_bytes": c.memory_limit_bytes,
+                "cpu_request_millicores": c.cpu_request_millicores,
                 "oom_killed": c.oom_killed,
                 "oom_kill_events": c.oom_kill_events,
                 "oom_suspect": suspect,
             }
         )
-        canonical.append(
-            {
-                "name": c.name,
-                "cpu": list(stats),
-                "memory_peak_bytes": c.memory_peak_bytes,
-                "memory_limit_bytes": c.memory_limit_bytes,
-                "oom_killed": c.oom_killed,
-                "oom_kill_events": c.oom_kill_events,
-            }
-        )
+        doc = {
+            "name": c.name,
+            "cpu": list(stats),
+            "memory_peak_bytes": c.memory_peak_bytes,
+            "memory_limit_bytes": c.memory_limit_bytes,
+            "oom_killed": c.oom_killed,
+            "oom_kill_events": c.oom_kill_events,
+        }
+        if c.cpu_request_millicores is not None:  # only when given: runs stored before it keep their hash
+            doc["cpu_request_millicores"] = c.cpu_request_millicores
+        canonical.append(doc)
     document = {
         "started_at": to_rfc3339(body.started_at),
         "finished_at": to_rfc3339(body.finished_at),

@@ -10,8 +10,13 @@ Times are seconds from the trace's start; CPU millicores, memory bytes. The mode
   waits; waiting pods (builds first, then evicted ballast) are placed first-come as room appears;
 - the autoscaler launches, for the waiting pods that the nodes already launching cannot hold
   (first fit), the smallest shape that holds each (first fit again), up to ``max_nodes``;
-- a node with no pod at all (ballast counts as a pod) is removed after ``scale_down_idle``, down
-  to ``min_nodes``; build pods are never moved to free a node (CI pods are not disruptible).
+- a node with no pod at all is removed after ``scale_down_idle``, down to ``min_nodes``; build
+  pods are never moved to free a node (CI pods are not disruptible);
+- the cluster-autoscaler's ``--expendable-pods-priority-cutoff`` (SA3): a pod with priority
+  strictly below it neither triggers a scale-up nor blocks a scale-down. cf-runtime's ballast runs
+  at priority -1000000, below the stock cutoff -10, so by default a waiting ballast pod brings no
+  node and a node holding only ballast is removed like an empty one (its ballast is evicted);
+- pods carry the limits the sizer would give them (SA1), which ``limit-aware`` scores.
 """
 
 from __future__ import annotations
@@ -49,6 +54,12 @@ class Shape:
     price_per_hour: float = 0.0
 
 
+#: cluster-autoscaler's default ``--expendable-pods-priority-cutoff`` (SA3)
+EXPENDABLE_CUTOFF = -10
+#: the ``cf-ballast`` PriorityClass value cf-runtime hard-codes (templates/ballast/priority-class.yaml)
+BALLAST_PRIORITY = -1_000_000
+
+
 @dataclass(frozen=True)
 class Pool:
     shapes: tuple[Shape, ...]
@@ -58,6 +69,7 @@ class Pool:
     max_nodes: int = 1000
     provision_delay: float = 120.0
     scale_down_idle: float = 600.0
+    expendable_cutoff: int = EXPENDABLE_CUTOFF
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,15 @@ class Build:
     duration: float
     cpu: int
     memory: int
+    #: the limits the sizer would give the pod (SA1); -1: derived from the request by rule S12
+    cpu_limit: int = -1
+    memory_limit: int = -1
+
+    def limits(self) -> tuple[int, int]:
+        return (
+            core.cpu_limit_for(self.cpu) if self.cpu_limit < 0 else self.cpu_limit,
+            core.memory_limit_for(self.memory) if self.memory_limit < 0 else self.memory_limit,
+        )
 
 
 @dataclass(frozen=True)
@@ -73,6 +94,7 @@ class Ballast:
     replicas: int
     cpu: int
     memory: int
+    priority: int = BALLAST_PRIORITY
 
 
 @dataclass(frozen=True)
@@ -92,6 +114,8 @@ class _Node:
     removed: float | None = None
     cpu: int = 0
     memory: int = 0
+    lim_cpu: int = 0
+    lim_mem: int = 0
     build_cpu: int = 0
     build_memory: int = 0
     builds: set[int] = field(default_factory=set)
@@ -107,6 +131,8 @@ class _Pod:
     memory: int
     build: int | None  # index into the builds; None for a ballast pod
     node: int | None = None
+    lim_cpu: int = 0
+    lim_mem: int = 0
 
 
 def quantile(values: Sequence[float], q: float) -> float:
@@ -141,6 +167,8 @@ class Simulation:
         self.scenario = scenario
         self.rng = random.Random(seed)
         self.scorers = [placement.scorer_tuple(s) for s in placement.PROFILES[scenario.profile]]
+        #: ballast below the autoscaler's cutoff: brings no node, keeps no node (SA3)
+        self.expendable = scenario.ballast is not None and scenario.ballast.priority < pool.expendable_cutoff
         self.events: list[tuple[float, int, int, int]] = []
         self.seq = 0
         self.nodes: list[_Node] = []
@@ -148,6 +176,7 @@ class Simulation:
         self.waiting_builds: deque[int] = deque()
         self.waiting_ballast: deque[int] = deque()
         self.placed_at: list[float | None] = [None] * len(self.builds)
+        self.placed_on: list[int | None] = [None] * len(self.builds)  # the node each build ran on
         self.now = 0.0
         self.segments: list[tuple[float, float, float, float, float, int]] = []  # t0, t1, cpu%, mem%, alloc cpu, nodes
         self.timeline: list[tuple[float, int, float, float]] = []  # t, live nodes, cpu%, mem%
@@ -186,8 +215,8 @@ class Simulation:
         zeros = [0] * len(ready)
         fits, _, _, totals = core.score_nodes(
             [n.shape.cpu for n in ready], [n.shape.memory for n in ready], list(range(len(ready))),
-            used_cpu, used_mem, used_cpu, used_mem, used_cpu, used_mem, zeros, zeros,
-            (pod.cpu, pod.memory, pod.cpu, pod.memory, pod.cpu, pod.memory, 0, 0), self.scorers,
+            used_cpu, used_mem, used_cpu, used_mem, [n.lim_cpu for n in ready], [n.lim_mem for n in ready],
+            zeros, zeros, (pod.cpu, pod.memory, pod.cpu, pod.memory, pod.lim_cpu, pod.lim_mem, 0, 0), self.scorers,
         )  # fmt: skip
         candidates = [j for j in range(len(ready)) if fits[j]]
         if not candidates:
@@ -200,7 +229,10 @@ class Simulation:
         pod.node = node.id
         node.cpu += pod.cpu
         node.memory += pod.memory
-        node.idle_since = None
+        node.lim_cpu += pod.lim_cpu
+        node.lim_mem += pod.lim_mem
+        if pod.build is not None or not self.expendable:
+            node.idle_since = None
         if pod.build is None:
             node.ballast.append(pod.id)
         else:
@@ -209,6 +241,7 @@ class Simulation:
             node.build_memory += pod.memory
             self.running += 1
             self.placed_at[pod.build] = self.now
+            self.placed_on[pod.build] = node.id
             self._push(self.now + self.builds[pod.build].duration, FINISH, pod.id)
         self._lone_check(node)
 
@@ -218,6 +251,8 @@ class Simulation:
         self._note_lone(node)
         node.cpu -= pod.cpu
         node.memory -= pod.memory
+        node.lim_cpu -= pod.lim_cpu
+        node.lim_mem -= pod.lim_mem
         if pod.build is None:
             node.ballast.remove(pod.id)
         else:
@@ -227,9 +262,13 @@ class Simulation:
             self.running -= 1
         pod.node = None
         self._lone_check(node)
-        if not node.builds and not node.ballast:
+        if self._empty(node) and node.idle_since is None:
             self._became_empty(node)
         return node
+
+    def _empty(self, node: _Node) -> bool:
+        """No pod that keeps the node: no build, and no ballast unless it is expendable (SA3)."""
+        return not node.builds and (not node.ballast or self.expendable)
 
     def _became_empty(self, node: _Node) -> None:
         node.idle_since = self.now
@@ -244,7 +283,7 @@ class Simulation:
             node.lone_since = None
 
     def _lone_check(self, node: _Node) -> None:
-        if len(node.builds) == 1 and not node.ballast:
+        if len(node.builds) == 1 and (not node.ballast or self.expendable):
             node.lone_since = self.now
 
     def _preempt(self, pod: _Pod) -> bool:
@@ -289,7 +328,10 @@ class Simulation:
 
     def _scale_up(self) -> None:
         """Launch nodes for the waiting pods that the nodes already launching cannot hold."""
-        waiting = [self.pods[i] for i in (*self.waiting_builds, *self.waiting_ballast)]
+        # expendable pods do not trigger a scale-up (FilterOutExpendableAndSplit, SA3); a build that
+        # preempted ballast is bound at once here, so none waits on a preemption either
+        ballast_waiting = () if self.expendable else tuple(self.waiting_ballast)
+        waiting = [self.pods[i] for i in (*self.waiting_builds, *ballast_waiting)]
         if not waiting:
             return
         room = [
@@ -335,7 +377,8 @@ class Simulation:
             self._launch(self.pool.shapes[0], ready_now=True)
         if self.scenario.ballast is not None:
             for _ in range(self.scenario.ballast.replicas):
-                pod = _Pod(len(self.pods), self.scenario.ballast.cpu, self.scenario.ballast.memory, None)
+                bal = self.scenario.ballast
+                pod = _Pod(len(self.pods), bal.cpu, bal.memory, None, lim_cpu=bal.cpu, lim_mem=bal.memory)
                 self.pods.append(pod)
                 self.waiting_ballast.append(pod.id)
             self._drain_waiting()
@@ -351,7 +394,8 @@ class Simulation:
             if kind == ARRIVE:
                 arrived += 1
                 b = self.builds[ref]
-                pod = _Pod(len(self.pods), b.cpu, b.memory, ref)
+                lim_cpu, lim_mem = b.limits()
+                pod = _Pod(len(self.pods), b.cpu, b.memory, ref, lim_cpu=lim_cpu, lim_mem=lim_mem)
                 self.pods.append(pod)
                 node = self._pick(pod)
                 if node is not None:
@@ -373,7 +417,7 @@ class Simulation:
                 node = self.nodes[ref]
                 if node.removed is None:
                     node.ready = True
-                    if not node.builds and not node.ballast:
+                    if self._empty(node):
                         self._became_empty(node)
                     self._drain_waiting()
             elif kind == IDLE:
@@ -386,6 +430,12 @@ class Simulation:
                     and len(self._live()) > self.pool.min_nodes
                 ):
                     node.removed = t
+                    if node.ballast:  # expendable ballast does not keep the node: it is evicted
+                        for victim in list(node.ballast):
+                            self._unbind(self.pods[victim])
+                            self.waiting_ballast.append(victim)
+                        node.idle_since = None
+                        self._drain_waiting()
         end = max([last_finish, *(b.start for b in self.builds)], default=0.0)
         self.now = max(self.now, end)
         for n in self.nodes:
@@ -418,6 +468,8 @@ class Simulation:
                 "replicas": self.scenario.ballast.replicas,
                 "cpu_millicores": self.scenario.ballast.cpu,
                 "memory_bytes": self.scenario.ballast.memory,
+                "priority": self.scenario.ballast.priority,
+                "expendable": self.expendable,
             },
             "builds": len(self.builds),
             "unschedulable": self.unschedulable,
@@ -554,10 +606,11 @@ def synthetic(
 # --------------------------------------------------------------------------- scenarios side by side
 
 
-def auto_ballast(builds: Sequence[Build], provision_delay: float) -> Ballast:
-    """The ballast advice on a trace: the most common pod size, the most common burst (``ballast``)."""
+def auto_ballast(builds: Sequence[Build], provision_delay: float, coverage: float = ballast.COVERAGE) -> Ballast:
+    """The ballast advice on a trace: the most common pod size, the replicas that cover
+    ``coverage`` of the bursts (SA2), at cf-runtime's priority."""
     size = ballast.most_common_size((b.cpu, b.memory) for b in builds) or (0, 0)
-    count, _ = ballast.replicas(ballast.bursts((b.start for b in builds), provision_delay))
+    count, _ = ballast.replicas(ballast.bursts((b.start for b in builds), provision_delay), coverage)
     return Ballast(count, size[0], size[1])
 
 
@@ -607,6 +660,7 @@ def run_all(
             "shapes": [vars(s) for s in pool.shapes],
             "provision_delay_seconds": pool.provision_delay,
             "scale_down_idle_seconds": pool.scale_down_idle,
+            "expendable_pods_priority_cutoff": pool.expendable_cutoff,
             "min_nodes": pool.min_nodes,
             "max_nodes": pool.max_nodes,
         },
@@ -683,12 +737,19 @@ async def load_trace(
         keys = {r.id: ScopeKey(r.org, r.repo, r.workflow, r.job) for r in rows}
         answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(keys.values())), policy=policy)
         size = {rid: sizing_service.pod_requests(answers[k]) for rid, k in keys.items()}
+        limits = {rid: pod_limits(answers[k]) for rid, k in keys.items()}
     else:
         size = await recorded_sizes(conn=conn, run_ids=[r.id for r in rows])
+        limits = {}
     starts = [r.started_at or r.finished_at - timedelta(seconds=default_duration) for r in rows]
     t0 = min(starts, default=since)
     builds = [
-        Build((s - t0).total_seconds(), max(1.0, (r.finished_at - s).total_seconds()), *size.get(r.id, (0, 0)))
+        Build(
+            (s - t0).total_seconds(),
+            max(1.0, (r.finished_at - s).total_seconds()),
+            *size.get(r.id, (0, 0)),
+            *limits.get(r.id, (-1, -1)),
+        )
         for r, s in zip(rows, starts, strict=True)
     ]
     return builds, {
@@ -696,6 +757,13 @@ async def load_trace(
         "without_start": sum(r.started_at is None for r in rows),
         "t0": t0.isoformat() + "Z",
     }
+
+
+def pod_limits(answer: dict[str, Any]) -> tuple[int, int]:
+    """The limits the sizer gives the job's pod, summed (SA1): the CPU limit as enforce mode sets
+    it (observe sets none, which limit-aware would count as a whole node), the memory limit."""
+    cs = answer["containers"]
+    return sum(c["cpu"]["limit_millicores"] for c in cs), sum(c["memory"]["limit_bytes"] for c in cs)
 
 
 async def recorded_sizes(*, conn: AsyncConnection, run_ids: Sequence[int]) -> dict[int, tuple[int, int]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -564,16 +564,347 @@ def score_nodes(
     return fits, raws, scores, totals
 
 
-# --------------------------------------------------------------------------- backtest
-# Walk one container's history in time order: before each run, the recommendation a policy would
-# have made from the runs before it; then score it against what the run used. The per-run columns
-# cover every run of the job (``present`` 0 where the container is missing from a run).
+# --------------------------------------------------------------------------- the policy, per run
+# One home for the sizing policy: ``size_run`` sizes one container for run ``i`` of its job from
+# the runs before it, given as per-run columns oldest first (``i == n`` sizes the next run). The
+# live answer calls it with ``i == n``; the backtest walk calls it before every run.
 
 POLICY_CI_SIZER = 0  # rules S4-S16 with the given parameters, then the pins
 POLICY_FIXED = 1  # 500m / 4Gi, request = limit
 POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU limit; memory max + 15%
 POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
 POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
+POLICY_EFFICIENT = 5  # rules E1-E9 (docs/sizing.md), then the pins
+
+#: ``clean`` column: the run is clean (rule S2); OOM-suspect only by S1's 95 % clause (no container
+#: was killed); otherwise (a container was killed or reported OOM). Booleans read as CLEAN / KILLED.
+RUN_KILLED = 0
+RUN_CLEAN = 1
+RUN_NEAR_LIMIT = 2
+#: ``oom`` column, per container: not suspect; OOM-suspect by S1's 95 % clause only; killed
+#: (``oom_killed``, ``oom_kill_events > 0``, or a peak above the limit).
+OOM_NONE = 0
+OOM_NEAR_LIMIT = 1
+OOM_KILLED = 2
+
+#: rule E3: the margin over the highest peak, in percent
+EFFICIENT_MARGIN_PCT = 5
+EFFICIENT_LEARNING_MARGIN_PCT = 20
+#: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
+EFFICIENT_MIN_WINDOW = 20
+#: rule E6: the first-run prior is used once this many of the org's jobs have a sample
+PRIOR_MIN_JOBS = 3
+
+SIZED_FIELDS = (
+    "phase",
+    "cpu_request",
+    "cpu_limit",
+    "memory_request",
+    "memory_limit",
+    "cpu_request_source",
+    "cpu_limit_source",
+    "memory_request_source",
+    "memory_limit_source",
+    "cpu_observed",
+    "memory_observed",
+    "consecutive",
+    "backoff_factor",
+    "capped",
+)
+
+
+class Sized(NamedTuple):
+    """One container's recommendation for one run (``size_run``).
+
+    ``phase`` is PHASE_* (S4; the efficient policy counts its samples, E1), or -1 when the
+    container has no recommendation (it is in none of the analysed runs): then every value is -1.
+    Values are millicores and bytes, -1 where a policy sets none (KRR-like: no CPU limit). Sources
+    are O3 ranks: 0 the algorithm, 1 org, 2 repo, 3 workflow, 4 job. ``cpu_observed`` (-1.0) and
+    ``memory_observed`` (-1) are "none" outside the learning and confident phases.
+    """
+
+    phase: int
+    cpu_request: int
+    cpu_limit: int
+    memory_request: int
+    memory_limit: int
+    cpu_request_source: int
+    cpu_limit_source: int
+    memory_request_source: int
+    memory_limit_source: int
+    cpu_observed: float
+    memory_observed: int
+    consecutive: int
+    backoff_factor: int
+    capped: bool
+
+
+_NONE = Sized(-1, -1, -1, -1, -1, 0, 0, 0, 0, -1.0, -1, 0, 1, False)
+
+
+def _window_quantile(values: list[float], q: float) -> float:
+    xs = sorted(values)
+    h = (len(xs) - 1) * q
+    lo = int(h)
+    return xs[lo] if lo + 1 >= len(xs) else _interpolate(xs[lo], xs[lo + 1], h - lo)
+
+
+def _resolve(values: list[int], pins: Sequence[int], guaranteed: bool) -> list[int]:
+    """Rules O2-O3 on ``values`` (cpu request, cpu limit, memory request, memory limit) in place;
+    returns the four source ranks."""
+    ranks = [0, 0, 0, 0]
+    for f in range(4):
+        if pins[4 + f] > 0:
+            values[f] = pins[f]
+            ranks[f] = pins[4 + f]
+    for req, lim in ((0, 1), (2, 3)):  # a request above its limit: the more specific source wins
+        if values[req] > values[lim]:
+            if ranks[req] > ranks[lim]:
+                values[lim], ranks[lim] = values[req], ranks[req]
+            else:
+                values[req], ranks[req] = values[lim], ranks[lim]
+    if guaranteed and ranks[2] == 0:
+        values[2] = values[3]  # O3: an unpinned request follows the final limit
+    return ranks
+
+
+def _backoff(limit: int, k: int, streak_limit: int, ceiling: int, backoff_ceiling: int, floor: int) -> tuple[int, bool]:
+    """Rule S14 (and E5's floor): ``max(limit, streak_limit, floor)`` doubled k times, at most
+    MAX_BACKOFF_DOUBLINGS, saturating, bounded by ``backoff_ceiling`` when there is no node ceiling."""
+    base = max(limit, streak_limit)
+    doublings = min(k, MAX_BACKOFF_DOUBLINGS)
+    capped = doublings < k
+    out = base
+    for _ in range(doublings):
+        if out > MAX_BYTES // 2:
+            out = MAX_BYTES
+            capped = True
+            break
+        out *= 2
+    out = max(out, floor)
+    if ceiling < 0 and backoff_ceiling >= 0 and out > max(base, backoff_ceiling):
+        out = max(base, backoff_ceiling)
+        capped = True
+    return out, capped
+
+
+def _with_margin(peak: int, margin_pct: int) -> int:
+    """Rules E3 and E8: ``peak`` plus ``margin_pct`` percent, up to a whole MiB, at least 32Mi."""
+    return max(MEMORY_REQUEST_FLOOR, -(-peak * (100 + margin_pct) // (100 * MIB)) * MIB)
+
+
+def _efficient(
+    analysed: list[int],
+    present: Sequence[int],
+    cpu_stat: Sequence[float],
+    mem_peak: Sequence[int],
+    pod_peak: Sequence[int],
+    samples: int,
+    k: int,
+    streak_limit: int,
+    ceiling: int,
+    buffer_pct: int,
+    guaranteed: bool,
+    backoff_ceiling: int,
+    prior: int,
+) -> tuple[int, int, int, int, float, int, bool]:
+    """Rules E3-E9 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
+    mem_observed, capped)``; ``analysed`` the window's samples (E2), the container present in each."""
+    if samples == 0:
+        cpu_request = cpu_limit = DEFAULT_CPU_MILLICORES  # E7: CPU as S7
+        limit = DEFAULT_MEMORY_BYTES if prior < 0 else prior  # E6
+        request = limit
+        cpu_observed, mem_observed = -1.0, -1
+    else:
+        cpu_observed = max(cpu_stat[j] for j in analysed)
+        mem_observed = max(mem_peak[j] for j in analysed)
+        cpu_request = max(CPU_REQUEST_FLOOR, ceil_tolerant(cpu_observed))  # E7: no buffer on the request
+        cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))  # E7
+        need = mem_observed
+        pod = max(pod_peak[j] for j in analysed)
+        if pod < need:
+            need = pod  # E4: never above the pod's own peak
+        request = max(MEMORY_REQUEST_FLOOR, -(-need // MIB) * MIB)  # E8: a whole MiB, >= 32Mi
+        limit = _with_margin(need, EFFICIENT_LEARNING_MARGIN_PCT if samples <= 2 else EFFICIENT_MARGIN_PCT)  # E3, E8
+    capped = False
+    if k > 0:  # E5: S14's doubling; a job killed before its first sample gets at least the default
+        floor = DEFAULT_MEMORY_BYTES if samples == 0 or k >= 2 else 0
+        limit, capped = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor)
+    if 0 <= ceiling < limit:  # S15
+        limit = ceiling
+        capped = True
+    request = limit if guaranteed else min(request, limit)  # E9: S16 as the seed
+    return cpu_request, cpu_limit, request, limit, cpu_observed, mem_observed, capped
+
+
+def _newest_samples(i: int, clean: Sequence[int], efficient: bool, runs: int) -> tuple[list[int], int]:
+    """The newest ``runs`` samples before run ``i`` (efficient: at least EFFICIENT_MIN_WINDOW, E2),
+    newest first, and how many samples there are, counted up to 3 (enough for the phase, S4).
+    A sample is a clean run (S2, S5); for the efficient policy a run without a kill (E1)."""
+    window = max(runs, EFFICIENT_MIN_WINDOW) if efficient else runs
+    newest: list[int] = []
+    samples = 0
+    j = i - 1
+    while j >= 0 and (len(newest) < window or samples < 3):
+        if clean[j] == RUN_CLEAN or (efficient and clean[j] == RUN_NEAR_LIMIT):
+            if len(newest) < window:
+                newest.append(j)
+            samples += 1
+        j -= 1
+    return newest, samples
+
+
+def analysed_runs(i: int, clean: Sequence[int], policy: int, runs: int) -> list[int]:
+    """The runs before run ``i`` that a policy sizes from, newest first (S5; E1-E2): a caller
+    lists the containers of these runs in the answer (S6) in their order."""
+    if not 0 <= i <= len(clean):
+        raise ValueError(f"run index {i} outside 0..{len(clean)}")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    return _newest_samples(i, clean, policy == POLICY_EFFICIENT, runs)[0]
+
+
+def size_run(
+    i: int,
+    clean: Sequence[int],
+    present: Sequence[int],
+    cpu_stat: Sequence[float],
+    cpu_peak: Sequence[float],
+    cpu_p95: Sequence[float],
+    mem_peak: Sequence[int],
+    mem_limit: Sequence[int],
+    oom: Sequence[int],
+    pod_peak: Sequence[int],
+    ceiling: int,
+    policy: int,
+    runs: int,
+    buffer_pct: int,
+    guaranteed: bool,
+    pins: Sequence[int],
+    backoff_ceiling: int = -1,
+    prior: int = -1,
+) -> Sized:
+    """The recommendation for one container before run ``i`` (0 <= i <= n), from runs ``0..i-1``.
+
+    Columns, one entry per run of the job, oldest first: ``clean`` (RUN_*: rule S2, with kills
+    told apart from S1's 95 % clause), ``present`` (the container ran in it), ``cpu_stat`` (the
+    chosen stat, S5), ``cpu_peak``, ``cpu_p95`` (millicores), ``mem_peak``, ``mem_limit`` (bytes,
+    -1 unknown), ``oom`` (OOM_*), ``pod_peak`` (S11: the reported pod peak, else the sum of the
+    containers' peaks). ``ceiling`` the node ceiling or -1 (S15); ``backoff_ceiling`` as
+    ``size_container``; ``pins`` the overrides' ``(cpu_request, cpu_limit, memory_request,
+    memory_limit)`` then each one's scope rank (1 org .. 4 job; 0 = not pinned); ``prior`` the
+    org's first-run prior (``prior_read``) or -1, read by the efficient policy only.
+    """
+    n = len(clean)
+    for column in (present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak):
+        if len(column) != n:
+            raise ValueError("the columns differ in length")
+    if not 0 <= i <= n:
+        raise ValueError(f"run index {i} outside 0..{n}")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    if len(pins) != 8:
+        raise ValueError("pins holds four values and four ranks")
+    if policy == POLICY_RECORDED:
+        if i == n or not present[i]:
+            return _NONE
+        return Sized(PHASE_UNKNOWN, -1, -1, mem_limit[i], mem_limit[i], 0, 0, 0, 0, -1.0, -1, 0, 1, False)
+    if policy == POLICY_FIXED:
+        d_cpu, d_mem = DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES
+        return Sized(PHASE_UNKNOWN, d_cpu, d_cpu, d_mem, d_mem, 0, 0, 0, 0, -1.0, -1, 0, 1, False)
+    if policy not in (POLICY_CI_SIZER, POLICY_KRR, POLICY_VPA, POLICY_EFFICIENT):
+        raise ValueError(f"unknown policy {policy}")
+    efficient = policy == POLICY_EFFICIENT
+    newest, samples = _newest_samples(i, clean, efficient, runs)
+    phase = PHASE_UNKNOWN if samples == 0 else PHASE_LEARNING if samples <= 2 else PHASE_CONFIDENT
+    analysed = [j for j in newest if present[j]]
+    if policy == POLICY_KRR or policy == POLICY_VPA:
+        if not analysed:
+            d_cpu, d_mem = DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES
+            return Sized(phase, d_cpu, d_cpu, d_mem, d_mem, 0, 0, 0, 0, -1.0, -1, 0, 1, False)
+        if policy == POLICY_KRR:
+            cpu = max(ceil_tolerant(_window_quantile([cpu_p95[j] for j in analysed], 0.95)), 1)
+            mem = -(-max(mem_peak[j] for j in analysed) * 115 // 100)
+            return Sized(phase, cpu, -1, mem, mem, 0, 0, 0, 0, -1.0, -1, 0, 1, False)
+        cpu = max(ceil_tolerant(_window_quantile([cpu_peak[j] for j in analysed], 0.9) * 1.15), 1)
+        mem = ceil_tolerant(_window_quantile([float(mem_peak[j]) for j in analysed], 0.9) * 1.15)
+        return Sized(phase, cpu, cpu, mem, mem, 0, 0, 0, 0, -1.0, -1, 0, 1, False)
+    if phase != PHASE_UNKNOWN and not analysed:
+        return _NONE  # the container is in none of the analysed runs: no recommendation for it
+    # S13 (E5): the streak of the container's OOM-suspect (efficient: killed) runs, newest first,
+    # over the window: every run from the oldest analysed sample on, or every run when none
+    start = newest[-1] if newest else 0
+    k = 0
+    streak_limit = -1
+    for j in range(i - 1, start - 1, -1):
+        if not present[j]:
+            continue
+        if oom[j] == OOM_NONE or (efficient and oom[j] != OOM_KILLED):
+            break
+        k += 1
+        streak_limit = mem_limit[j]
+    if efficient:
+        c_req, c_lim, m_req, m_lim, cpu_observed, mem_observed, capped = _efficient(
+            analysed, present, cpu_stat, mem_peak, pod_peak, samples, k, streak_limit, ceiling, buffer_pct,
+            guaranteed, backoff_ceiling, prior,
+        )  # fmt: skip
+    else:
+        if phase == PHASE_UNKNOWN:
+            cpu_observed, mem_observed, pod = -1.0, -1, -1
+        else:
+            stat = cpu_peak if phase == PHASE_LEARNING else cpu_stat
+            cpu_observed = max(stat[j] for j in analysed)
+            mem_observed = max(mem_peak[j] for j in analysed)
+            pod = max(pod_peak[j] for j in newest) if phase == PHASE_CONFIDENT else -1
+        c_req, c_lim, m_req, m_lim, capped = size_container(
+            phase, max(cpu_observed, 0.0), max(mem_observed, 0), pod, buffer_pct, k, streak_limit, ceiling,
+            guaranteed, backoff_ceiling,
+        )  # fmt: skip
+    values = [c_req, c_lim, m_req, m_lim]
+    ranks = _resolve(values, pins, guaranteed)
+    return Sized(
+        phase, values[0], values[1], values[2], values[3], ranks[0], ranks[1], ranks[2], ranks[3],
+        cpu_observed, mem_observed, k, 1 << min(k, MAX_BACKOFF_DOUBLINGS), capped,
+    )  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the first-run prior
+# Rule E6: a fleet statistic per org, updated with every ingested run, so that a new job's first
+# run is sized from what the org's jobs have needed so far, never from the future. The state is
+# two integers, stored as they are: ``(jobs, peak)``, how many of the org's jobs have a sample (a
+# run without a kill, E1) and the highest container memory peak among all those samples.
+
+PRIOR_EMPTY = (0, -1)
+
+
+def prior_update(state: Sequence[int], peak: int, first_sample: bool) -> tuple[int, int]:
+    """The state after one ingested sample (a run without a kill, E1; killed runs leave the state
+    as it is): ``peak`` the run's highest container memory peak, ``first_sample`` true when it is
+    its job's first sample."""
+    if len(state) != 2:
+        raise ValueError("a prior state holds two integers")
+    if peak < 0:
+        raise ValueError("a memory peak is never negative")
+    jobs, top = state[0], state[1]
+    return jobs + (1 if first_sample else 0), max(top, peak)
+
+
+def prior_read(state: Sequence[int]) -> int:
+    """Rule E6: the memory limit for a new job's first run, or -1 (the unknown-phase default):
+    the highest peak among the org's samples with E3's margin, to a whole MiB, never above the
+    default; only once PRIOR_MIN_JOBS of the org's jobs have a sample."""
+    if len(state) != 2:
+        raise ValueError("a prior state holds two integers")
+    jobs, top = state[0], state[1]
+    if jobs < PRIOR_MIN_JOBS or top < 0:
+        return -1
+    return min(DEFAULT_MEMORY_BYTES, _with_margin(top, EFFICIENT_MARGIN_PCT))
+
+
+# --------------------------------------------------------------------------- backtest
+# Walk one container's history in time order: before each run, the recommendation a policy would
+# have made from the runs before it (``size_run``); then score it against what the run used.
+
 BACKTEST_FIELDS = (
     "scored",
     "oom_risk",
@@ -584,13 +915,6 @@ BACKTEST_FIELDS = (
     "cpu_request",
     "memory_request",
 )
-
-
-def _window_quantile(values: list[float], q: float) -> float:
-    xs = sorted(values)
-    h = (len(xs) - 1) * q
-    lo = int(h)
-    return xs[lo] if lo + 1 >= len(xs) else _interpolate(xs[lo], xs[lo + 1], h - lo)
 
 
 def backtest_walk(
@@ -612,6 +936,7 @@ def backtest_walk(
     guaranteed: bool,
     pins: Sequence[int],
     backoff_ceiling: int = -1,
+    prior: Sequence[int] | None = None,
 ) -> tuple[int, int, int, int, float, float, float, float]:
     """Totals over the runs where the container is present, in ``BACKTEST_FIELDS`` order:
     runs scored; runs whose memory peak exceeded the limit, or reached it in an OOM-suspect run
@@ -620,117 +945,34 @@ def backtest_walk(
     (CPU: millicore-seconds against the mean use; memory: byte-seconds against the peak); and the
     requests x duration (millicore-seconds, byte-seconds), to put the waste in proportion.
 
-    ``cpu_stat`` is the stat the CI-sizer policy sizes a confident job from; ``pod_peak`` each
-    run's pod memory (rule S11); ``ceiling`` the node ceiling in force before each run, or -1;
-    ``pins`` the overrides' ``(cpu_request, cpu_limit, memory_request, memory_limit)`` then each
-    one's scope rank (1 org .. 4 job; 0 = not pinned), resolved as rule O3 does;
-    ``backoff_ceiling`` as ``size_container`` takes it.
+    Each run's recommendation is ``size_run`` before it. ``ceiling`` is the node ceiling in force
+    before each run, or -1; ``prior`` the org's first-run prior before each run (E6), or None.
     """
     n = len(clean)
     columns = (present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration)
-    if any(len(c) != n for c in columns):
+    if any(len(c) != n for c in columns) or (prior is not None and len(prior) != n):
         raise ValueError("the columns differ in length")
     if runs < 1:
         raise ValueError("runs must be at least 1")
     scored = oom_risk = cpu_scored = throttled = 0
     cpu_waste = mem_waste = cpu_req_total = mem_req_total = 0.0
-    clean_idx: list[int] = []  # indices of clean runs so far
     for i in range(n):
-        if present[i]:
-            cpu_req, cpu_lim, mem_req, mem_lim = _policy_values(
-                i, clean_idx, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak,
-                ceiling, policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling,
-            )  # fmt: skip
-            if mem_lim >= 0:
-                scored += 1
-                # an OOM-suspect run's true need was at least its peak: a limit at the peak is a risk too
-                oom_risk += mem_peak[i] > mem_lim or (oom[i] != 0 and mem_peak[i] >= mem_lim)
-                mem_waste += max(0, mem_req - mem_peak[i]) * duration[i]
-                mem_req_total += mem_req * duration[i]
-            if cpu_req >= 0:
-                cpu_waste += max(0.0, cpu_req - cpu_avg[i]) * duration[i]
-                cpu_req_total += cpu_req * duration[i]
-            if cpu_lim >= 0:
-                cpu_scored += 1
-                throttled += cpu_p95[i] > cpu_lim
-        if clean[i]:
-            clean_idx.append(i)
-    return scored, oom_risk, cpu_scored, throttled, cpu_waste, mem_waste, cpu_req_total, mem_req_total
-
-
-def _policy_values(
-    i: int,
-    clean_idx: list[int],
-    present: Sequence[int],
-    cpu_stat: Sequence[float],
-    cpu_peak: Sequence[float],
-    cpu_p95: Sequence[float],
-    mem_peak: Sequence[int],
-    mem_limit: Sequence[int],
-    oom: Sequence[int],
-    pod_peak: Sequence[int],
-    ceiling: Sequence[int],
-    policy: int,
-    runs: int,
-    buffer_pct: int,
-    guaranteed: bool,
-    pins: Sequence[int],
-    backoff_ceiling: int,
-) -> tuple[int, int, int, int]:
-    """``(cpu_request, cpu_limit, memory_request, memory_limit)`` for run ``i``; -1 = not set."""
-    if policy == POLICY_RECORDED:
-        return -1, -1, mem_limit[i], mem_limit[i]
-    if policy == POLICY_FIXED:
-        return DEFAULT_CPU_MILLICORES, DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_BYTES
-    analysed = [j for j in clean_idx[-runs:] if present[j]] if clean_idx else []
-    if policy == POLICY_KRR or policy == POLICY_VPA:
-        if not analysed:
-            return DEFAULT_CPU_MILLICORES, DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES, DEFAULT_MEMORY_BYTES
-        if policy == POLICY_KRR:
-            cpu = ceil_tolerant(_window_quantile([cpu_p95[j] for j in analysed], 0.95))
-            mem = -(-max(mem_peak[j] for j in analysed) * 115 // 100)
-            return max(cpu, 1), -1, mem, mem
-        cpu = ceil_tolerant(_window_quantile([cpu_peak[j] for j in analysed], 0.9) * 1.15)
-        mem = ceil_tolerant(_window_quantile([float(mem_peak[j]) for j in analysed], 0.9) * 1.15)
-        return max(cpu, 1), max(cpu, 1), mem, mem
-    # CI-sizer: rules S4-S16 as compute() applies them, then the pins (rule O2)
-    samples = len(clean_idx)
-    phase = PHASE_UNKNOWN if samples == 0 else PHASE_LEARNING if samples <= 2 else PHASE_CONFIDENT
-    window_start = clean_idx[-runs] if samples >= runs else (clean_idx[0] if clean_idx else 0)
-    k = 0
-    streak_limit = -1
-    for j in range(i - 1, (window_start if samples else 0) - 1, -1):
-        if not present[j]:
+        if not present[i]:
             continue
-        if not oom[j]:
-            break
-        k += 1
-        streak_limit = mem_limit[j]
-    if phase == PHASE_UNKNOWN:
-        cpu_observed, mem_observed, pod = 0.0, 0, -1
-    else:
-        used = analysed
-        stat = cpu_peak if phase == PHASE_LEARNING else cpu_stat
-        cpu_observed = max((stat[j] for j in used), default=0.0)
-        mem_observed = max((mem_peak[j] for j in used), default=0)
-        pod = max(pod_peak[j] for j in clean_idx[-runs:]) if phase == PHASE_CONFIDENT else -1
-        if not used:  # the container was in none of the analysed runs: no recommendation for it
-            return -1, -1, -1, -1
-    cpu_req, cpu_lim, mem_req, mem_lim, _ = size_container(
-        phase, cpu_observed, mem_observed, pod, buffer_pct, k, streak_limit, ceiling[i], guaranteed, backoff_ceiling
-    )
-    values = [cpu_req, cpu_lim, mem_req, mem_lim]
-    ranks = [0, 0, 0, 0]  # rule O3: 0 the algorithm, 1-4 org, repo, workflow, job
-    for f in range(4):
-        if pins[4 + f] > 0:
-            values[f] = pins[f]
-            ranks[f] = pins[4 + f]
-    for req, lim in ((0, 1), (2, 3)):  # a request above its limit: the more specific source wins
-        if values[req] > values[lim]:
-            if ranks[req] > ranks[lim]:
-                values[lim], ranks[lim] = values[req], ranks[req]
-            else:
-                values[req], ranks[req] = values[lim], ranks[lim]
-    if guaranteed and ranks[2] == 0:
-        values[2] = values[3]
-    return values[0], values[1], values[2], values[3]
+        s = size_run(
+            i, clean, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak, ceiling[i],
+            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i],
+        )  # fmt: skip
+        if s.memory_limit >= 0:
+            scored += 1
+            # an OOM-suspect run's true need was at least its peak: a limit at the peak is a risk too
+            oom_risk += mem_peak[i] > s.memory_limit or (oom[i] != 0 and mem_peak[i] >= s.memory_limit)
+            mem_waste += max(0, s.memory_request - mem_peak[i]) * duration[i]
+            mem_req_total += s.memory_request * duration[i]
+        if s.cpu_request >= 0:
+            cpu_waste += max(0.0, s.cpu_request - cpu_avg[i]) * duration[i]
+            cpu_req_total += s.cpu_request * duration[i]
+        if s.cpu_limit >= 0:
+            cpu_scored += 1
+            throttled += cpu_p95[i] > s.cpu_limit
+    return scored, oom_risk, cpu_scored, throttled, cpu_waste, mem_waste, cpu_req_total, mem_req_total

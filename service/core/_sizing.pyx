@@ -865,23 +865,71 @@ def score_nodes(
     return [bool(f) for f in fits_buf], raws, scores, totals_buf.tolist()
 
 
-# --------------------------------------------------------------------------- backtest
+# --------------------------------------------------------------------------- the policy, per run
+
+from ._reference import Sized
 
 POLICY_CI_SIZER = 0
 POLICY_FIXED = 1
 POLICY_KRR = 2
 POLICY_VPA = 3
 POLICY_RECORDED = 4
-BACKTEST_FIELDS = (
-    "scored",
-    "oom_risk",
-    "cpu_scored",
-    "throttled",
-    "cpu_waste",
-    "memory_waste",
+POLICY_EFFICIENT = 5
+RUN_KILLED = 0
+RUN_CLEAN = 1
+RUN_NEAR_LIMIT = 2
+OOM_NONE = 0
+OOM_NEAR_LIMIT = 1
+OOM_KILLED = 2
+cdef long long _EFFICIENT_MARGIN_PCT = 5
+cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
+cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
+cdef long long _PRIOR_MIN_JOBS = 3
+EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
+EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
+EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
+PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
+PRIOR_EMPTY = (0, -1)
+SIZED_FIELDS = (
+    "phase",
     "cpu_request",
+    "cpu_limit",
     "memory_request",
+    "memory_limit",
+    "cpu_request_source",
+    "cpu_limit_source",
+    "memory_request_source",
+    "memory_limit_source",
+    "cpu_observed",
+    "memory_observed",
+    "consecutive",
+    "backoff_factor",
+    "capped",
 )
+
+
+cdef struct _Cols:
+    Py_ssize_t n
+    const long long* clean
+    const long long* present
+    const double* stat
+    const double* peak
+    const double* p95
+    const long long* mem
+    const long long* lim
+    const long long* oom
+    const long long* pod
+
+
+cdef struct _Out:
+    long long phase
+    long long v[4]
+    long long rank[4]
+    double cpu_observed
+    long long mem_observed
+    long long k
+    long long factor
+    bint capped
 
 
 cdef double _sorted_quantile(double* xs, Py_ssize_t n, double q) noexcept nogil:
@@ -903,11 +951,345 @@ cdef object _double_col(object column):
     return array("d", column)
 
 
+cdef inline long long _with_margin(long long peak, long long pct) noexcept nogil:
+    """Rules E3 and E8: ``peak`` plus ``pct`` percent, up to a whole MiB, at least 32Mi."""
+    cdef long long v = (peak * (100 + pct) + 100 * MIB - 1) // (100 * MIB) * MIB
+    return v if v > 32 * MIB else 32 * MIB
+
+
+cdef long long _backoff(
+    long long limit, long long k, long long streak_limit, long long ceiling, long long backoff_ceiling,
+    long long floor_, bint* capped,
+) noexcept nogil:
+    """Rule S14 with E5's floor (see ``_reference._backoff``)."""
+    cdef long long base = limit if limit > streak_limit else streak_limit
+    cdef long long doublings = k if k < _MAX_BACKOFF_DOUBLINGS else _MAX_BACKOFF_DOUBLINGS
+    cdef long long out = base, top, d
+    capped[0] = doublings < k
+    for d in range(doublings):
+        if out > MAX_BYTES // 2:
+            out = MAX_BYTES
+            capped[0] = True
+            break
+        out *= 2
+    if out < floor_:
+        out = floor_
+    if ceiling < 0 and backoff_ceiling >= 0:
+        top = base if base > backoff_ceiling else backoff_ceiling
+        if out > top:
+            out = top
+            capped[0] = True
+    return out
+
+
+cdef inline void _fixed(_Out* out, long long phase, long long cpu_req, long long cpu_lim, long long mem) noexcept nogil:
+    out.phase = phase
+    out.v[0] = cpu_req
+    out.v[1] = cpu_lim
+    out.v[2] = mem
+    out.v[3] = mem
+    out.rank[0] = out.rank[1] = out.rank[2] = out.rank[3] = 0
+    out.cpu_observed = -1.0
+    out.mem_observed = -1
+    out.k = 0
+    out.factor = 1
+    out.capped = False
+
+
+cdef void _size_run(
+    Py_ssize_t i, const _Cols* c, long long ceiling, int policy, Py_ssize_t runs, int buffer_pct, bint guaranteed,
+    const long long* pins, long long backoff_ceiling, long long prior, long long* newest, double* win, _Out* out,
+) noexcept:
+    """``_reference.size_run`` over C arrays; ``newest`` and ``win`` hold at least
+    ``max(runs, EFFICIENT_MIN_WINDOW)`` entries."""
+    cdef bint efficient = policy == 5
+    cdef Py_ssize_t window = runs
+    cdef Py_ssize_t m = 0, count = 0, a, j, start
+    cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_
+    cdef long long cpu_request, cpu_limit
+    cdef double cpu_observed, w
+    cdef bint capped = False
+    cdef long long sized[5]
+    cdef int r, l
+    if efficient and window < _EFFICIENT_MIN_WINDOW:
+        window = _EFFICIENT_MIN_WINDOW
+    j = i - 1
+    while j >= 0 and (count < window or samples < 3):
+        if c.clean[j] == 1 or (efficient and c.clean[j] == 2):
+            if count < window:
+                newest[count] = <long long>j
+                count += 1
+            samples += 1
+        j -= 1
+    phase = 0 if samples == 0 else (1 if samples <= 2 else 2)
+    m = 0  # the analysed runs: the newest that hold the container
+    for a in range(count):
+        if c.present[<Py_ssize_t>newest[a]]:
+            m += 1
+    if policy == 2 or policy == 3:
+        if m == 0:
+            _fixed(out, phase, 500, 500, 4 * GIB)
+            return
+        m = 0
+        for a in range(count):
+            j = <Py_ssize_t>newest[a]
+            if c.present[j]:
+                win[m] = c.p95[j] if policy == 2 else c.peak[j]
+                m += 1
+        if policy == 2:
+            cpu_request = ceil_tolerant(_sorted_quantile(win, m, 0.95))
+            if cpu_request < 1:
+                cpu_request = 1
+            tmp = 0
+            for a in range(count):
+                j = <Py_ssize_t>newest[a]
+                if c.present[j] and c.mem[j] > tmp:
+                    tmp = c.mem[j]
+            _fixed(out, phase, cpu_request, -1, (tmp * 115 + 99) // 100)
+        else:
+            cpu_request = ceil_tolerant(_sorted_quantile(win, m, 0.9) * 1.15)
+            if cpu_request < 1:
+                cpu_request = 1
+            m = 0
+            for a in range(count):
+                j = <Py_ssize_t>newest[a]
+                if c.present[j]:
+                    win[m] = <double>c.mem[j]
+                    m += 1
+            _fixed(out, phase, cpu_request, cpu_request, ceil_tolerant(_sorted_quantile(win, m, 0.9) * 1.15))
+        return
+    if phase != 0 and m == 0:
+        _fixed(out, -1, -1, -1, -1)  # the container is in none of the analysed runs
+        return
+    start = <Py_ssize_t>newest[count - 1] if count > 0 else 0
+    k = 0
+    streak_limit = -1
+    j = i - 1
+    while j >= start:
+        if c.present[j]:
+            if c.oom[j] == 0 or (efficient and c.oom[j] != 2):
+                break
+            k += 1
+            streak_limit = c.lim[j]
+        j -= 1
+    cpu_observed = -1.0
+    mem_observed = -1
+    pod = -1
+    for a in range(count):
+        j = <Py_ssize_t>newest[a]
+        if phase == 2 and not efficient and (pod < 0 or c.pod[j] > pod):
+            pod = c.pod[j]
+        if not c.present[j] or phase == 0:
+            continue
+        if efficient and (pod < 0 or c.pod[j] > pod):
+            pod = c.pod[j]
+        w = c.peak[j] if (phase == 1 and not efficient) else c.stat[j]
+        if cpu_observed < 0.0 or w > cpu_observed:
+            cpu_observed = w
+        if mem_observed < 0 or c.mem[j] > mem_observed:
+            mem_observed = c.mem[j]
+    if efficient:
+        if samples == 0:
+            cpu_request = 500
+            cpu_limit = 500
+            limit = 4 * GIB if prior < 0 else prior
+            request = limit
+        else:
+            cpu_request = ceil_tolerant(cpu_observed)
+            if cpu_request < 10:
+                cpu_request = 10
+            cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))
+            need = mem_observed if mem_observed < pod else pod
+            request = (need + MIB - 1) // MIB * MIB
+            if request < 32 * MIB:
+                request = 32 * MIB
+            limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples <= 2 else _EFFICIENT_MARGIN_PCT)
+        if k > 0:
+            floor_ = 4 * GIB if (samples == 0 or k >= 2) else 0
+            limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)
+        if ceiling >= 0 and limit > ceiling:
+            limit = ceiling
+            capped = True
+        if guaranteed or request > limit:
+            request = limit
+        sized[0] = cpu_request
+        sized[1] = cpu_limit
+        sized[2] = request
+        sized[3] = limit
+        sized[4] = capped
+    else:
+        _size(
+            <int>phase, cpu_observed if cpu_observed > 0.0 else 0.0, mem_observed if mem_observed > 0 else 0, pod,
+            buffer_pct, <int>k, streak_limit, ceiling, guaranteed, backoff_ceiling, sized,
+        )
+    out.phase = phase
+    for r in range(4):
+        out.v[r] = sized[r]
+        out.rank[r] = 0
+        if pins[4 + r] > 0:
+            out.v[r] = pins[r]
+            out.rank[r] = pins[4 + r]
+    for r in (0, 2):
+        l = r + 1
+        if out.v[r] > out.v[l]:
+            if out.rank[r] > out.rank[l]:
+                out.v[l] = out.v[r]
+                out.rank[l] = out.rank[r]
+            else:
+                out.v[r] = out.v[l]
+                out.rank[r] = out.rank[l]
+    if guaranteed and out.rank[2] == 0:
+        out.v[2] = out.v[3]
+    out.cpu_observed = cpu_observed
+    out.mem_observed = mem_observed
+    out.k = k
+    out.factor = (<long long>1) << (k if k < _MAX_BACKOFF_DOUBLINGS else _MAX_BACKOFF_DOUBLINGS)
+    out.capped = sized[4] != 0
+
+
+cdef inline const long long* _lptr(const long long[::1] view) noexcept:
+    return &view[0] if view.shape[0] > 0 else NULL
+
+
+cdef inline const double* _dptr(const double[::1] view) noexcept:
+    return &view[0] if view.shape[0] > 0 else NULL
+
+
+cdef object _sized(const _Out* out):
+    return Sized(
+        out.phase, out.v[0], out.v[1], out.v[2], out.v[3], out.rank[0], out.rank[1], out.rank[2], out.rank[3],
+        out.cpu_observed, out.mem_observed, out.k, out.factor, bool(out.capped),
+    )
+
+
+def size_run(
+    Py_ssize_t i, clean, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak,
+    long long ceiling, int policy, int runs, int buffer_pct, bint guaranteed, pins,
+    long long backoff_ceiling=-1, long long prior=-1,
+):
+    """The recommendation for one container before run ``i`` (see ``_reference.size_run``)."""
+    cdef const long long[::1] c_clean = _int64(clean)
+    cdef Py_ssize_t n = c_clean.shape[0]
+    cdef const long long[::1] c_present = _int64(present)
+    cdef const double[::1] c_stat = _double_col(cpu_stat)
+    cdef const double[::1] c_peak = _double_col(cpu_peak)
+    cdef const double[::1] c_p95 = _double_col(cpu_p95)
+    cdef const long long[::1] c_mem = _int64(mem_peak)
+    cdef const long long[::1] c_lim = _int64(mem_limit)
+    cdef const long long[::1] c_oom = _int64(oom)
+    cdef const long long[::1] c_pod = _int64(pod_peak)
+    if (c_present.shape[0] != n or c_stat.shape[0] != n or c_peak.shape[0] != n or c_p95.shape[0] != n
+            or c_mem.shape[0] != n or c_lim.shape[0] != n or c_oom.shape[0] != n or c_pod.shape[0] != n):
+        raise ValueError("the columns differ in length")
+    if not 0 <= i <= n:
+        raise ValueError(f"run index {i} outside 0..{n}")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    if len(pins) != 8:
+        raise ValueError("pins holds four values and four ranks")
+    cdef _Out out
+    if policy == 4:
+        if i == n or not c_present[i]:
+            _fixed(&out, -1, -1, -1, -1)
+        else:
+            _fixed(&out, 0, -1, -1, c_lim[i])
+        return _sized(&out)
+    if policy == 1:
+        _fixed(&out, 0, 500, 500, 4 * GIB)
+        return _sized(&out)
+    if policy not in (0, 2, 3, 5):
+        raise ValueError(f"unknown policy {policy}")
+    cdef long long pin[8]
+    for f in range(8):
+        pin[f] = pins[f]
+    cdef Py_ssize_t size = runs if runs > _EFFICIENT_MIN_WINDOW else _EFFICIENT_MIN_WINDOW
+    newest_buf = array("q", bytes(8 * size))
+    win_buf = array("d", bytes(8 * size))
+    cdef long long[::1] newest = newest_buf
+    cdef double[::1] win = win_buf
+    cdef _Cols cols
+    cols.n = n
+    cols.clean = _lptr(c_clean)
+    cols.present = _lptr(c_present)
+    cols.stat = _dptr(c_stat)
+    cols.peak = _dptr(c_peak)
+    cols.p95 = _dptr(c_p95)
+    cols.mem = _lptr(c_mem)
+    cols.lim = _lptr(c_lim)
+    cols.oom = _lptr(c_oom)
+    cols.pod = _lptr(c_pod)
+    _size_run(
+        i, &cols, ceiling, policy, runs, buffer_pct, guaranteed, pin, backoff_ceiling, prior,
+        &newest[0], &win[0], &out,
+    )
+    return _sized(&out)
+
+
+def analysed_runs(Py_ssize_t i, clean, int policy, int runs):
+    """The runs before run ``i`` that a policy sizes from, newest first (see ``_reference``)."""
+    cdef const long long[::1] c_clean = _int64(clean)
+    cdef Py_ssize_t n = c_clean.shape[0]
+    if not 0 <= i <= n:
+        raise ValueError(f"run index {i} outside 0..{n}")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    cdef bint efficient = policy == 5
+    cdef Py_ssize_t window = runs
+    if efficient and window < _EFFICIENT_MIN_WINDOW:
+        window = _EFFICIENT_MIN_WINDOW
+    out = []
+    cdef Py_ssize_t j = i - 1
+    while j >= 0 and len(out) < window:
+        if c_clean[j] == 1 or (efficient and c_clean[j] == 2):
+            out.append(j)
+        j -= 1
+    return out
+
+
+# --------------------------------------------------------------------------- the first-run prior
+
+
+def prior_update(state, long long peak, bint first_sample):
+    """The state after one ingested sample (see ``_reference.prior_update``)."""
+    if len(state) != 2:
+        raise ValueError("a prior state holds two integers")
+    if peak < 0:
+        raise ValueError("a memory peak is never negative")
+    cdef long long jobs = state[0], top = state[1]
+    return jobs + (1 if first_sample else 0), (peak if peak > top else top)
+
+
+def prior_read(state):
+    """Rule E6: the memory limit for a new job's first run, or -1 (see ``_reference.prior_read``)."""
+    if len(state) != 2:
+        raise ValueError("a prior state holds two integers")
+    cdef long long jobs = state[0], top = state[1], limit
+    if jobs < _PRIOR_MIN_JOBS or top < 0:
+        return -1
+    limit = _with_margin(top, _EFFICIENT_MARGIN_PCT)
+    return limit if limit < 4 * GIB else 4 * GIB
+
+
+# --------------------------------------------------------------------------- backtest
+
+BACKTEST_FIELDS = (
+    "scored",
+    "oom_risk",
+    "cpu_scored",
+    "throttled",
+    "cpu_waste",
+    "memory_waste",
+    "cpu_request",
+    "memory_request",
+)
+
+
 def backtest_walk(
     clean, present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration,
-    int policy, int runs, int buffer_pct, bint guaranteed, pins, long long backoff_ceiling=-1,
+    int policy, int runs, int buffer_pct, bint guaranteed, pins, long long backoff_ceiling=-1, prior=None,
 ):
-    """One container's history walked in time order (see ``_reference.backtest_walk``)."""
+    """One container's history walked in time order, ``size_run`` before each run (see
+    ``_reference.backtest_walk``)."""
     cdef const long long[::1] c_clean = _int64(clean)
     cdef Py_ssize_t n = c_clean.shape[0]
     cdef const long long[::1] c_present = _int64(present)
@@ -921,154 +1303,64 @@ def backtest_walk(
     cdef const long long[::1] c_pod = _int64(pod_peak)
     cdef const long long[::1] c_ceil = _int64(ceiling)
     cdef const double[::1] c_dur = _double_col(duration)
+    cdef const long long[::1] c_prior = _int64(prior if prior is not None else array("q", bytes(8 * n)))
     if (c_present.shape[0] != n or c_stat.shape[0] != n or c_peak.shape[0] != n or c_p95.shape[0] != n
             or c_avg.shape[0] != n or c_mem.shape[0] != n or c_lim.shape[0] != n or c_oom.shape[0] != n
-            or c_pod.shape[0] != n or c_ceil.shape[0] != n or c_dur.shape[0] != n):
+            or c_pod.shape[0] != n or c_ceil.shape[0] != n or c_dur.shape[0] != n or c_prior.shape[0] != n):
         raise ValueError("the columns differ in length")
     if runs < 1:
         raise ValueError("runs must be at least 1")
+    if policy not in (0, 1, 2, 3, 4, 5):
+        raise ValueError(f"unknown policy {policy}")
+    cdef bint has_prior = prior is not None
     cdef long long pin[8]
     for f in range(8):
         pin[f] = pins[f]
-    clean_buf = array("q", bytes(8 * (n if n > 0 else 1)))
-    cdef long long[::1] clean_idx = clean_buf
-    window_buf = array("d", bytes(8 * (runs if runs > 0 else 1)))
-    cdef double[::1] win = window_buf
-    cdef Py_ssize_t samples = 0, i, j, a, first, start, stop
+    cdef Py_ssize_t size = runs if runs > _EFFICIENT_MIN_WINDOW else _EFFICIENT_MIN_WINDOW
+    newest_buf = array("q", bytes(8 * size))
+    win_buf = array("d", bytes(8 * size))
+    cdef long long[::1] newest = newest_buf
+    cdef double[::1] win = win_buf
+    cdef _Cols cols
+    cols.n = n
+    cols.clean = _lptr(c_clean)
+    cols.present = _lptr(c_present)
+    cols.stat = _dptr(c_stat)
+    cols.peak = _dptr(c_peak)
+    cols.p95 = _dptr(c_p95)
+    cols.mem = _lptr(c_mem)
+    cols.lim = _lptr(c_lim)
+    cols.oom = _lptr(c_oom)
+    cols.pod = _lptr(c_pod)
+    cdef _Out out
+    cdef Py_ssize_t i
     cdef long long scored = 0, oom_risk = 0, cpu_scored = 0, throttled = 0
     cdef double cpu_waste = 0.0, mem_waste = 0.0, cpu_req_total = 0.0, mem_req_total = 0.0
-    cdef long long v[4]
-    cdef long long rank[4]
-    cdef long long out[5]
-    cdef long long k, streak_limit, mem_observed, pod, m, tmp
-    cdef double cpu_observed, w
-    cdef int phase, r, l
-    cdef bint any_used
     for i in range(n):
-        if c_present[i]:
-            first = samples - runs if samples > runs else 0  # the analysed clean runs: clean_idx[first:samples]
-            if policy == 4:
-                v[0] = -1
-                v[1] = -1
-                v[2] = c_lim[i]
-                v[3] = c_lim[i]
-            elif policy == 1:
-                v[0] = 500
-                v[1] = 500
-                v[2] = 4 * GIB
-                v[3] = 4 * GIB
-            elif policy == 2 or policy == 3:
-                m = 0
-                for a in range(first, samples):
-                    j = clean_idx[a]
-                    if c_present[j]:
-                        win[m] = c_p95[j] if policy == 2 else c_peak[j]
-                        m += 1
-                if m == 0:
-                    v[0] = 500
-                    v[1] = 500
-                    v[2] = 4 * GIB
-                    v[3] = 4 * GIB
-                elif policy == 2:
-                    v[0] = ceil_tolerant(_sorted_quantile(&win[0], m, 0.95))
-                    if v[0] < 1:
-                        v[0] = 1
-                    v[1] = -1
-                    tmp = 0
-                    for a in range(first, samples):
-                        j = clean_idx[a]
-                        if c_present[j] and c_mem[j] > tmp:
-                            tmp = c_mem[j]
-                    v[2] = (tmp * 115 + 99) // 100
-                    v[3] = v[2]
-                else:
-                    v[0] = ceil_tolerant(_sorted_quantile(&win[0], m, 0.9) * 1.15)
-                    if v[0] < 1:
-                        v[0] = 1
-                    v[1] = v[0]
-                    m = 0
-                    for a in range(first, samples):
-                        j = clean_idx[a]
-                        if c_present[j]:
-                            win[m] = <double>c_mem[j]
-                            m += 1
-                    v[2] = ceil_tolerant(_sorted_quantile(&win[0], m, 0.9) * 1.15)
-                    v[3] = v[2]
-            else:
-                phase = 0 if samples == 0 else (1 if samples <= 2 else 2)
-                start = (clean_idx[samples - runs] if samples >= runs else clean_idx[0]) if samples > 0 else 0
-                k = 0
-                streak_limit = -1
-                j = i - 1
-                while j >= start:
-                    if c_present[j]:
-                        if not c_oom[j]:
-                            break
-                        k += 1
-                        streak_limit = c_lim[j]
-                    j -= 1
-                cpu_observed = 0.0
-                mem_observed = 0
-                pod = -1
-                any_used = False
-                if phase > 0:
-                    for a in range(first, samples):
-                        j = clean_idx[a]
-                        if phase == 2 and (pod < 0 or c_pod[j] > pod):
-                            pod = c_pod[j]
-                        if not c_present[j]:
-                            continue
-                        w = c_peak[j] if phase == 1 else c_stat[j]
-                        if not any_used or w > cpu_observed:
-                            cpu_observed = w
-                        if not any_used or c_mem[j] > mem_observed:
-                            mem_observed = c_mem[j]
-                        any_used = True
-                    if phase == 1:
-                        pod = -1
-                if phase > 0 and not any_used:
-                    v[0] = -1
-                    v[1] = -1
-                    v[2] = -1
-                    v[3] = -1
-                else:
-                    _size(
-                        phase, cpu_observed, mem_observed, pod, buffer_pct, <int>k, streak_limit, c_ceil[i], guaranteed,
-                        backoff_ceiling, out,
-                    )
-                    for r in range(4):
-                        v[r] = out[r]
-                        rank[r] = 0
-                        if pin[4 + r] > 0:
-                            v[r] = pin[r]
-                            rank[r] = pin[4 + r]
-                    for r in (0, 2):
-                        l = r + 1
-                        if v[r] > v[l]:
-                            if rank[r] > rank[l]:
-                                v[l] = v[r]
-                                rank[l] = rank[r]
-                            else:
-                                v[r] = v[l]
-                                rank[r] = rank[l]
-                    if guaranteed and rank[2] == 0:
-                        v[2] = v[3]
-            if v[3] >= 0:
-                scored += 1
-                if c_mem[i] > v[3] or (c_oom[i] != 0 and c_mem[i] >= v[3]):
-                    oom_risk += 1
-                if v[2] > c_mem[i]:
-                    mem_waste += <double>(v[2] - c_mem[i]) * c_dur[i]
-                mem_req_total += <double>v[2] * c_dur[i]
-            if v[0] >= 0:
-                if v[0] - c_avg[i] > 0.0:
-                    cpu_waste += (v[0] - c_avg[i]) * c_dur[i]
-                cpu_req_total += <double>v[0] * c_dur[i]
-            if v[1] >= 0:
-                cpu_scored += 1
-                if c_p95[i] > v[1]:
-                    throttled += 1
-        if c_clean[i]:
-            clean_idx[samples] = i
-            samples += 1
+        if not c_present[i]:
+            continue
+        if policy == 4:
+            _fixed(&out, 0, -1, -1, c_lim[i])
+        elif policy == 1:
+            _fixed(&out, 0, 500, 500, 4 * GIB)
+        else:
+            _size_run(
+                i, &cols, c_ceil[i], policy, runs, buffer_pct, guaranteed, pin, backoff_ceiling,
+                c_prior[i] if has_prior else -1, &newest[0], &win[0], &out,
+            )
+        if out.v[3] >= 0:
+            scored += 1
+            if c_mem[i] > out.v[3] or (c_oom[i] != 0 and c_mem[i] >= out.v[3]):
+                oom_risk += 1
+            if out.v[2] > c_mem[i]:
+                mem_waste += <double>(out.v[2] - c_mem[i]) * c_dur[i]
+            mem_req_total += <double>out.v[2] * c_dur[i]
+        if out.v[0] >= 0:
+            if out.v[0] - c_avg[i] > 0.0:
+                cpu_waste += (out.v[0] - c_avg[i]) * c_dur[i]
+            cpu_req_total += <double>out.v[0] * c_dur[i]
+        if out.v[1] >= 0:
+            cpu_scored += 1
+            if c_p95[i] > out.v[1]:
+                throttled += 1
     return scored, oom_risk, cpu_scored, throttled, cpu_waste, mem_waste, cpu_req_total, mem_req_total

@@ -1,0 +1,480 @@
+"""``size_run``: the one home of the sizing policy, per run, on both core backends.
+
+- the efficient policy's rules (E1-E9, docs/sizing.md) worked out by hand;
+- the compiled backend gives the reference's answers (hypothesis), for every policy code;
+- ``backtest_walk`` scores exactly what ``size_run`` recommends before each run;
+- at ``i == n``, ``size_run`` gives what the live ``compute()`` answers for the same history,
+  overrides included (the precursor of the HTTP parity test).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.services import sizing as sizing_service
+from service.services.overrides import FIELDS, ScopeKey
+from service.services.runs import is_oom_suspect
+
+from .conftest import PURE, compiled
+
+REF = importlib.import_module("service.core._reference")
+MIB = 1 << 20
+GIB = 1 << 30
+CI, FIXED, KRR, VPA, RECORDED, EFFICIENT = 0, 1, 2, 3, 4, 5
+KILLED, CLEAN, NEAR = 0, 1, 2
+NO_PINS = (-1, -1, -1, -1, 0, 0, 0, 0)
+RANK = {"org": 1, "repo": 2, "workflow": 3, "job": 4}
+SOURCE = {0: "algorithm", 1: "org", 2: "repo", 3: "workflow", 4: "job"}
+
+
+def job(
+    mem: list[int], *, cpu: list[float] | None = None, clean: list[int] | None = None, oom: list[int] | None = None,
+    limit: list[int] | None = None,
+) -> dict[str, list[Any]]:  # fmt: skip
+    """One container present in every run; all six CPU stats equal."""
+    n = len(mem)
+    cpu = cpu or [100.0] * n
+    return {
+        "clean": clean or [CLEAN] * n,
+        "present": [1] * n,
+        "cpu_stat": cpu,
+        "cpu_peak": cpu,
+        "cpu_p95": cpu,
+        "mem_peak": mem,
+        "mem_limit": limit or [-1] * n,
+        "oom": oom or [0] * n,
+        "pod_peak": mem,
+    }
+
+
+def size(
+    core: ModuleType, h: dict[str, list[Any]], policy: int = EFFICIENT, *, i: int | None = None, runs: int = 5,
+    buffer: int = 20, guaranteed: bool = True, prior: int = -1, ceiling: int = -1, pins: tuple[int, ...] = NO_PINS,
+) -> Any:  # fmt: skip
+    n = len(h["clean"])
+    return core.size_run(
+        n if i is None else i, *h.values(), ceiling, policy, runs, buffer, guaranteed, pins, 64 * GIB, prior
+    )
+
+
+# --------------------------------------------------------------------------- efficient, by hand
+
+
+def test_e3_e8_margin_over_the_highest_peak(core: ModuleType) -> None:
+    # rule E3: three samples, highest 100Mi -> limit 100Mi + 5 % = 105Mi (E8: a whole MiB, no power of two)
+    s = size(core, job([90 * MIB, 100 * MIB, 95 * MIB]))
+    assert (s.phase, s.memory_limit, s.memory_request) == (2, 105 * MIB, 105 * MIB)
+    assert s.memory_observed == 100 * MIB
+    # burstable (E9): the request is the highest peak itself, the limit keeps the margin
+    b = size(core, job([90 * MIB, 100 * MIB, 95 * MIB]), guaranteed=False)
+    assert (b.memory_request, b.memory_limit) == (100 * MIB, 105 * MIB)
+    # the seed would give the next power of two: 128Mi (rule S12)
+    assert size(core, job([90 * MIB, 100 * MIB, 95 * MIB]), CI).memory_limit == 128 * MIB
+
+
+def test_e3_learning_margin(core: ModuleType) -> None:
+    # one or two samples: 20 % (1 sample of 100Mi -> 120Mi), where the seed triples (S8: 300Mi -> 512Mi)
+    assert size(core, job([100 * MIB])).memory_limit == 120 * MIB
+    assert size(core, job([100 * MIB]), CI).memory_limit == 512 * MIB
+
+
+def test_e8_floor(core: ModuleType) -> None:
+    # a 3Mi job still gets 32Mi (request and limit)
+    s = size(core, job([3 * MIB] * 4), guaranteed=False)
+    assert (s.memory_request, s.memory_limit) == (32 * MIB, 32 * MIB)
+
+
+def test_e1_near_limit_run_is_a_sample(core: ModuleType) -> None:
+    # a run at 96 % of its limit is OOM-suspect under S1 (not clean for the seed) but not a kill:
+    # the efficient policy counts it as a sample; the seed stays in the learning phase
+    h = job([100 * MIB, 100 * MIB, 101 * MIB], clean=[CLEAN, CLEAN, NEAR], oom=[0, 0, 1], limit=[-1, -1, 105 * MIB])
+    e = size(core, h)
+    assert (e.phase, e.memory_limit, e.consecutive) == (2, 107 * MIB, 0)  # 101Mi x 1.05 = 106.05 -> 107Mi
+    seed = size(core, h, CI)
+    assert (seed.phase, seed.consecutive) == (1, 1)
+
+
+def test_e2_window_is_at_least_20_samples(core: ModuleType) -> None:
+    # the highest peak 20 runs back still counts for efficient (window 20), not for the seed (5)
+    h = job([200 * MIB] + [100 * MIB] * 19)
+    assert size(core, h).memory_observed == 200 * MIB
+    assert size(core, h, CI).memory_observed == 100 * MIB
+    assert size(core, job([200 * MIB] + [100 * MIB] * 20)).memory_observed == 100 * MIB
+
+
+def test_e5_a_kill_doubles_two_kills_reach_the_default(core: ModuleType) -> None:
+    base = [100 * MIB] * 3
+    one = job([*base, 105 * MIB], clean=[CLEAN] * 3 + [KILLED], oom=[0, 0, 0, 2], limit=[-1, -1, -1, 105 * MIB])
+    s = size(core, one)
+    assert (s.consecutive, s.backoff_factor, s.memory_limit) == (1, 2, 210 * MIB)
+    two = job(
+        [*base, 105 * MIB, 210 * MIB], clean=[CLEAN] * 3 + [KILLED, KILLED], oom=[0, 0, 0, 2, 2],
+        limit=[-1, -1, -1, 105 * MIB, 210 * MIB],
+    )  # fmt: skip
+    s = size(core, two)
+    assert (s.consecutive, s.memory_limit) == (2, 4 * GIB)  # 105Mi x 4 = 420Mi, raised to the default
+
+
+def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
+    state = core.PRIOR_EMPTY
+    for peak, first in ((300 * MIB, True), (500 * MIB, False), (100 * MIB, True)):
+        state = core.prior_update(state, peak, first)
+    assert core.prior_read(state) == -1  # two jobs: not yet (PRIOR_MIN_JOBS = 3)
+    state = core.prior_update(state, 50 * MIB, True)
+    assert state == (3, 500 * MIB)
+    prior = core.prior_read(state)
+    assert prior == 525 * MIB  # 500Mi + 5 %
+    empty = job([])
+    s = size(core, empty, prior=prior)
+    assert (s.phase, s.memory_limit, s.memory_request, s.cpu_request) == (0, prior, prior, 500)
+    assert size(core, empty, CI, prior=prior).memory_limit == 4 * GIB  # the seed ignores the prior
+    # killed under the prior: the next run gets the unknown-phase default at once (not 2 x 525Mi)
+    killed = job([prior], clean=[KILLED], oom=[2], limit=[prior])
+    s = size(core, killed, prior=prior)
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 4 * GIB)
+    # a huge org peak never puts the prior above the default
+    assert core.prior_read((5, 100 * GIB)) == 4 * GIB
+
+
+def test_e7_cpu_without_buffer_on_the_request(core: ModuleType) -> None:
+    s = size(core, job([100 * MIB] * 3, cpu=[400.0, 800.0, 600.0]))
+    assert (s.cpu_request, s.cpu_limit, s.cpu_observed) == (800, 1000, 800.0)  # limit: 960m up to 500m steps
+    assert size(core, job([100 * MIB] * 3, cpu=[400.0, 800.0, 600.0]), CI).cpu_request == 960
+
+
+def test_pins_and_ceiling_apply_to_efficient(core: ModuleType) -> None:
+    pins = (-1, -1, -1, 64 * MIB, 0, 0, 0, 4)  # memory limit pinned at job scope
+    s = size(core, job([100 * MIB] * 3), pins=pins)
+    # O3: the computed request (105Mi) is above the pinned limit: the more specific source wins
+    assert (s.memory_limit, s.memory_limit_source, s.memory_request, s.memory_request_source) == (
+        64 * MIB, 4, 64 * MIB, 4,
+    )  # fmt: skip
+    s = size(core, job([100 * MIB] * 3), ceiling=80 * MIB)
+    assert (s.memory_limit, s.capped) == (80 * MIB, True)
+
+
+def test_container_outside_the_analysed_runs(core: ModuleType) -> None:
+    h = job([100 * MIB] * 3)
+    h["present"] = [0, 0, 0]
+    assert size(core, h).phase == -1
+    assert size(core, h, CI).memory_limit == -1
+    assert core.analysed_runs(3, h["clean"], EFFICIENT, 5) == [2, 1, 0]
+
+
+def test_bad_arguments(core: ModuleType) -> None:
+    h = job([MIB])
+    with pytest.raises(ValueError, match="outside"):
+        size(core, h, i=2)
+    with pytest.raises(ValueError, match="unknown policy"):
+        size(core, h, 9)
+    with pytest.raises(ValueError, match="differ in length"):
+        core.size_run(0, [1], [1], [1.0], [1.0], [1.0], [1], [1], [0], [], -1, 0, 5, 20, True, NO_PINS)
+    with pytest.raises(ValueError, match="never negative"):
+        core.prior_update((0, -1), -1, True)
+
+
+# --------------------------------------------------------------------------- compiled == reference
+
+_N = st.integers(0, 14)
+
+
+@st.composite
+def columns(draw: st.DrawFn) -> dict[str, list[Any]]:
+    n = draw(_N)
+    small = st.integers(0, 3 * GIB)
+    cpu = st.floats(0, 5000, allow_nan=False)
+    return {
+        "clean": draw(st.lists(st.sampled_from([KILLED, CLEAN, CLEAN, NEAR]), min_size=n, max_size=n)),
+        "present": draw(st.lists(st.sampled_from([0, 1, 1, 1]), min_size=n, max_size=n)),
+        "cpu_stat": draw(st.lists(cpu, min_size=n, max_size=n)),
+        "cpu_peak": draw(st.lists(cpu, min_size=n, max_size=n)),
+        "cpu_p95": draw(st.lists(cpu, min_size=n, max_size=n)),
+        "mem_peak": draw(st.lists(small, min_size=n, max_size=n)),
+        "mem_limit": draw(st.lists(st.one_of(st.just(-1), small), min_size=n, max_size=n)),
+        "oom": draw(st.lists(st.sampled_from([0, 0, 1, 2]), min_size=n, max_size=n)),
+        "pod_peak": draw(st.lists(small, min_size=n, max_size=n)),
+    }
+
+
+_PINS = st.tuples(*(st.integers(-1, 8 * GIB) for _ in range(4)), *(st.integers(0, 4) for _ in range(4))).map(
+    lambda p: tuple(v if p[4 + f] > 0 else -1 for f, v in enumerate(p[:4])) + p[4:]
+)
+
+
+@pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
+@settings(max_examples=400, deadline=None)
+@given(
+    h=columns(), data=st.data(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT]),
+    runs=st.integers(1, 25), buffer=st.integers(0, 1000), guaranteed=st.booleans(), pins=_PINS,
+    ceiling=st.one_of(st.just(-1), st.integers(0, 8 * GIB)), backoff=st.one_of(st.just(-1), st.integers(0, 64 * GIB)),
+    prior=st.one_of(st.just(-1), st.integers(32 * MIB, 4 * GIB)),
+)  # fmt: skip
+def test_size_run_backends_agree(
+    h: dict[str, list[Any]], data: st.DataObject, policy: int, runs: int, buffer: int, guaranteed: bool,
+    pins: tuple[int, ...], ceiling: int, backoff: int, prior: int,
+) -> None:  # fmt: skip
+    cy = compiled()
+    assert cy is not None
+    i = data.draw(st.integers(0, len(h["clean"])))
+    args = (i, *h.values(), ceiling, policy, runs, buffer, guaranteed, pins, backoff, prior)
+    assert tuple(cy.size_run(*args)) == tuple(REF.size_run(*args))
+    assert cy.analysed_runs(i, h["clean"], policy, runs) == REF.analysed_runs(i, h["clean"], policy, runs)
+
+
+@pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
+@settings(max_examples=200, deadline=None)
+@given(
+    peaks=st.lists(st.tuples(st.integers(0, 64 * GIB), st.booleans()), max_size=30),
+)
+def test_prior_backends_agree(peaks: list[tuple[int, bool]]) -> None:
+    cy = compiled()
+    assert cy is not None
+    a, b = REF.PRIOR_EMPTY, cy.PRIOR_EMPTY
+    for peak, first in peaks:
+        a, b = REF.prior_update(a, peak, first), cy.prior_update(b, peak, first)
+        assert tuple(a) == tuple(b)
+        assert REF.prior_read(a) == cy.prior_read(b)
+
+
+def test_constants_agree() -> None:
+    cy = compiled()
+    if cy is None:
+        pytest.skip("the compiled backend is not built")
+    for name in (
+        "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
+        "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS",
+        "PRIOR_EMPTY", "SIZED_FIELDS",
+    ):  # fmt: skip
+        assert getattr(cy, name) == getattr(REF, name), name
+    assert REF.SIZED_FIELDS == REF.Sized._fields
+
+
+# --------------------------------------------------------------------------- backtest_walk is size_run per run
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    h=columns(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT]), runs=st.integers(1, 8),
+    guaranteed=st.booleans(), pins=_PINS,
+)  # fmt: skip
+def test_backtest_walk_scores_size_run(
+    core: ModuleType, h: dict[str, list[Any]], policy: int, runs: int, guaranteed: bool, pins: tuple[int, ...]
+) -> None:
+    """The walk's totals are those of ``size_run`` before each run: no second copy of the rules."""
+    n = len(h["clean"])
+    avg = [x / 2 for x in h["cpu_stat"]]
+    ceiling = [-1 if k % 3 else 2 * GIB for k in range(n)]
+    duration = [60.0 + k for k in range(n)]
+    prior = [256 * MIB * (k % 2) - (k % 2 == 0) for k in range(n)]
+    got = core.backtest_walk(
+        h["clean"], h["present"], h["cpu_stat"], h["cpu_peak"], h["cpu_p95"], avg, h["mem_peak"], h["mem_limit"],
+        h["oom"], h["pod_peak"], ceiling, duration, policy, runs, 20, guaranteed, pins, 64 * GIB, prior,
+    )  # fmt: skip
+    want = [0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0]
+    for i in range(n):
+        if not h["present"][i]:
+            continue
+        s = core.size_run(i, *h.values(), ceiling[i], policy, runs, 20, guaranteed, pins, 64 * GIB, prior[i])
+        if s.memory_limit >= 0:
+            want[0] += 1
+            want[1] += h["mem_peak"][i] > s.memory_limit or (h["oom"][i] != 0 and h["mem_peak"][i] >= s.memory_limit)
+            want[5] += max(0, s.memory_request - h["mem_peak"][i]) * duration[i]
+            want[7] += s.memory_request * duration[i]
+        if s.cpu_request >= 0:
+            want[4] += max(0.0, s.cpu_request - avg[i]) * duration[i]
+            want[6] += s.cpu_request * duration[i]
+        if s.cpu_limit >= 0:
+            want[2] += 1
+            want[3] += h["cpu_p95"][i] > s.cpu_limit
+    assert tuple(got[:4]) == tuple(want[:4])
+    for g, w in zip(got[4:], want[4:], strict=True):
+        assert g == pytest.approx(w, rel=1e-9, abs=1e-6)
+
+
+# --------------------------------------------------------------------------- live compute() == size_run at i == n
+
+
+@dataclass
+class RawContainer:
+    name: str
+    stats: tuple[float, float, float, float, float, float]  # peak, p99, p95, p75, p50, avg
+    mem: int
+    limit: int | None
+    oom_killed: bool | None
+    events: int | None
+
+    @property
+    def suspect(self) -> bool:
+        return is_oom_suspect(
+            memory_peak_bytes=self.mem, memory_limit_bytes=self.limit, oom_killed=self.oom_killed,
+            oom_kill_events=self.events,
+        )  # fmt: skip
+
+    @property
+    def killed(self) -> bool:
+        """Rule E1: a kill event the collector reports, or a peak above the limit."""
+        return bool(self.oom_killed) or (self.events or 0) > 0 or (self.limit is not None and self.mem > self.limit)
+
+
+@dataclass
+class RawRun:
+    containers: list[RawContainer]
+    pod: int | None
+    node: int | None
+
+    @property
+    def clean(self) -> bool:
+        return not any(c.suspect for c in self.containers)  # rule S2
+
+    def pod_peak(self) -> int:
+        return self.pod if self.pod is not None else sum(c.mem for c in self.containers)
+
+
+_STAT_NAMES = ("cpu_peak", "cpu_p99", "cpu_p95", "cpu_p75", "cpu_p50", "cpu_avg")
+
+
+@st.composite
+def raw_container(draw: st.DrawFn, name: str) -> RawContainer:
+    xs = sorted(draw(st.lists(st.floats(0, 4000, allow_nan=False), min_size=5, max_size=5)), reverse=True)
+    avg = draw(st.floats(0, xs[0], allow_nan=False))
+    mem = draw(st.integers(1, 6 * GIB))
+    limit = draw(st.one_of(st.none(), st.integers(mem // 2, 2 * mem + 1)))
+    return RawContainer(
+        name, (xs[0], xs[1], xs[2], xs[3], xs[4], avg), mem, limit,
+        draw(st.one_of(st.none(), st.booleans())), draw(st.one_of(st.none(), st.integers(0, 2))),
+    )  # fmt: skip
+
+
+@st.composite
+def raw_run(draw: st.DrawFn) -> RawRun:
+    names = draw(st.lists(st.sampled_from(["build", "db", "cache"]), min_size=1, max_size=3, unique=True))
+    return RawRun(
+        [draw(raw_container(n)) for n in names],
+        draw(st.one_of(st.none(), st.integers(1, 12 * GIB))),
+        draw(st.one_of(st.none(), st.integers(GIB, 64 * GIB))),
+    )
+
+
+def history_of(runs: list[RawRun], params: sizing_service.SizingParams) -> sizing_service.History:
+    """What ``load_history`` reads from the database for these runs (rule S3, S5)."""
+    h = sizing_service.History(clean_samples=sum(r.clean for r in runs))
+    h.newest_node_memory_bytes = next((r.node for r in reversed(runs) if r.node is not None), None)
+    start = 0
+    if h.clean_samples:
+        clean_idx = [k for k, r in enumerate(runs) if r.clean]
+        start = clean_idx[-params.runs] if len(clean_idx) >= params.runs else clean_idx[0]
+    for k in range(len(runs) - 1, start - 1, -1):
+        r = runs[k]
+        hr = sizing_service.HistoryRun(id=k, clean=r.clean, pod_memory_peak_bytes=r.pod)
+        for c in r.containers:
+            hr.containers[c.name] = SimpleNamespace(
+                **dict(zip(_STAT_NAMES, c.stats, strict=True)), memory_peak_bytes=c.mem, memory_limit_bytes=c.limit,
+                oom_suspect=c.suspect,
+            )  # fmt: skip
+        h.window.append(hr)
+    return h
+
+
+def answer_via_core(
+    core: ModuleType, runs: list[RawRun], pins: dict[str, Any], params: sizing_service.SizingParams,
+    policy: sizing_service.Policy, code: int = CI,
+) -> tuple[int, list[tuple[str, Any]]]:  # fmt: skip
+    """The design note's adapter: the live answer's containers from ``size_run`` at ``i == n``."""
+    n = len(runs)
+    clean = [
+        CLEAN if r.clean else KILLED if any(c.killed for c in r.containers) else NEAR for r in runs
+    ]  # fmt: skip
+    analysed = core.analysed_runs(n, clean, code, params.runs)
+    names: dict[str, None] = {}
+    for k in analysed or range(n - 1, -1, -1):  # S6: the analysed runs, newest first; unknown: every run
+        for c in runs[k].containers:
+            names.setdefault(c.name, None)
+    if policy.max_memory is not None:
+        ceiling = policy.max_memory
+    else:
+        node = next((r.node for r in reversed(runs) if r.node is not None), None)
+        ceiling = -1 if node is None else node * 9 // (10 * MIB) * MIB
+    pin_values, pin_ranks = [-1] * 4, [0] * 4
+    for f, column in enumerate(FIELDS):
+        for scope in ("job", "workflow", "repo", "org"):
+            o = pins.get(scope)
+            if o is not None and getattr(o, column) is not None:
+                pin_values[f], pin_ranks[f] = int(getattr(o, column)), RANK[scope]
+                break
+    stat = _STAT_NAMES.index(f"cpu_{params.cpu_percentile}")
+    out = []
+    phase = 0
+    for name in names or {"*": None}:
+        rows = [next((c for c in r.containers if c.name == name), None) for r in runs]
+        s = core.size_run(
+            n, clean, [int(c is not None) for c in rows],
+            [c.stats[stat] if c else 0.0 for c in rows], [c.stats[0] if c else 0.0 for c in rows],
+            [c.stats[2] if c else 0.0 for c in rows], [c.mem if c else 0 for c in rows],
+            [-1 if c is None or c.limit is None else c.limit for c in rows],
+            [0 if c is None else 2 if c.killed else int(c.suspect) for c in rows],
+            [r.pod_peak() for r in runs], ceiling, code, params.runs, params.buffer,
+            policy.memory_qos == "guaranteed", (*pin_values, *pin_ranks), policy.max_backoff_memory, -1,
+        )  # fmt: skip
+        assert s.phase >= 0, name  # every listed container has a recommendation
+        phase = s.phase
+        out.append((name, s))
+    return phase, out
+
+
+_PIN = st.one_of(st.none(), st.integers(1, 8 * GIB))
+
+
+@st.composite
+def pin_rows(draw: st.DrawFn) -> dict[str, Any]:
+    rows = {}
+    for scope in draw(st.lists(st.sampled_from(["org", "repo", "workflow", "job"]), unique=True, max_size=4)):
+        values = [draw(st.one_of(st.none(), st.integers(1, 4000))) for _ in range(2)] + [draw(_PIN) for _ in range(2)]
+        rows[scope] = SimpleNamespace(**dict(zip(FIELDS, values, strict=True)), expires_at=None)
+    return rows
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
+@given(
+    runs=st.lists(raw_run(), max_size=12), pins=pin_rows(), n_runs=st.integers(1, 6), buffer=st.integers(0, 300),
+    percentile=st.sampled_from(["peak", "p99", "p95", "p75", "p50", "avg"]),
+    qos=st.sampled_from(["guaranteed", "burstable"]), max_memory=st.one_of(st.none(), st.integers(GIB, 32 * GIB)),
+    max_backoff=st.integers(GIB, 128 * GIB),
+)  # fmt: skip
+def test_size_run_at_n_is_the_live_answer(
+    core: ModuleType, runs: list[RawRun], pins: dict[str, Any], n_runs: int, buffer: int, percentile: str, qos: Any,
+    max_memory: int | None, max_backoff: int,
+) -> None:  # fmt: skip
+    """Rules S3-S17 and O2-O3: today's ``compute()`` and ``size_run(i = n)`` agree container by
+    container: values, sources, observed use, the OOM streak, the backoff factor and capped."""
+    params = sizing_service.SizingParams(runs=n_runs, buffer=buffer, cpu_percentile=percentile)
+    policy = sizing_service.Policy(memory_qos=qos, max_memory=max_memory, max_backoff_memory=max_backoff)
+    key = ScopeKey("o", "r", "w", "j")
+    answer = sizing_service.compute(key=key, history=history_of(runs, params), pins=pins, params=params, policy=policy)
+    phase, got = answer_via_core(core, runs, pins, params, policy)
+    assert ["unknown", "learning", "confident"][phase] == answer["meta"]["phase"]
+    assert [name for name, _ in got] == [c["name"] for c in answer["containers"]]
+    for (_, s), c in zip(got, answer["containers"], strict=True):
+        assert (s.cpu_request, s.cpu_limit) == (c["cpu"]["request_millicores"], c["cpu"]["limit_millicores"])
+        assert (s.memory_request, s.memory_limit) == (c["memory"]["request_bytes"], c["memory"]["limit_bytes"])
+        assert (SOURCE[s.cpu_request_source], SOURCE[s.cpu_limit_source]) == (
+            c["cpu"]["source"]["request"], c["cpu"]["source"]["limit"],
+        )  # fmt: skip
+        assert (SOURCE[s.memory_request_source], SOURCE[s.memory_limit_source]) == (
+            c["memory"]["source"]["request"], c["memory"]["source"]["limit"],
+        )  # fmt: skip
+        assert (None if s.cpu_observed < 0 else s.cpu_observed) == c["observed"]["cpu_millicores"]
+        assert (None if s.memory_observed < 0 else s.memory_observed) == c["observed"]["memory_bytes"]
+        assert (s.consecutive, s.backoff_factor, s.capped) == (
+            c["oom"]["consecutive"], c["oom"]["backoff_factor"], c["oom"]["capped"],
+        )  # fmt: skip

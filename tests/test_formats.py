@@ -74,79 +74,153 @@ async def test_json_is_the_default_shape(make_client: Any) -> None:
         assert (await fetch(client, "json")).json() == await sizing(client)
 
 
-async def test_k8s_resources_blocks(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "k8s")
-    assert r.headers["content-type"].startswith("application/yaml")
-    doc = yaml.safe_load(r.text)
-    for c, item in zip(answer["containers"], doc["containers"], strict=True):
-        k = as_k8s(item, "V1Container")
-        assert k.name == c["name"]
-        check_resources(k.resources, c, enforced=mode == "enforce")
+def written(fmt: str, text: str) -> dict[str, Any]:
+    """What a format writes, as {address: resources}: the container names (argo, arc, buildkite,
+    jenkins, k8s), ``steps/NAME`` and ``sidecars/NAME`` (tekton), or the variable prefix (gitlab)."""
+    if fmt == "argo":
+        return {c["name"]: c["resources"] for c in json.loads(text)["containers"]}
+    doc = yaml.safe_load(text)
+    if fmt in ("tekton", "tekton-v1beta1"):
+        v1 = fmt == "tekton"
+        field = "computeResources" if v1 else "resources"
+        steps, sidecars = ("stepSpecs", "sidecarSpecs") if v1 else ("stepOverrides", "sidecarOverrides")
+        assert set(doc) <= {steps, sidecars}, doc
+        out = {f"steps/{s['name']}": s[field] for s in doc[steps]}
+        out.update({f"sidecars/{s['name']}": s[field] for s in doc.get(sidecars, [])})
+        return out
+    if fmt == "gitlab":
+        variables = doc["variables"]
+        out = {}
+        for prefix in ("", "HELPER_", "SERVICE_"):
+            keys = {k for k in variables if re.fullmatch(rf"KUBERNETES_{prefix}(CPU|MEMORY)_(REQUEST|LIMIT)", k)}
+            if keys:
+                res: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+                for k in keys:
+                    resource, kind = k.removeprefix(f"KUBERNETES_{prefix}").lower().split("_")
+                    res["requests" if kind == "request" else "limits"][resource] = variables[k]
+                out[prefix or "BUILD_"] = res
+        return out
+    containers = {
+        "k8s": lambda d: d["containers"],
+        "jenkins": lambda d: as_k8s(d, "V1Pod").to_dict()["spec"]["containers"],
+        "arc": lambda d: d["spec"]["containers"],
+        "buildkite": lambda d: d["kubernetes"]["podSpecPatch"]["containers"],
+    }[fmt](doc)
+    return {c["name"]: c["resources"] for c in containers}
 
 
-async def test_jenkins_pod_yaml_for_merge(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "jenkins")
-    pod = as_k8s(yaml.safe_load(r.text), "V1Pod")
-    assert pod.kind == "Pod"
-    assert [c.name for c in pod.spec.containers] == [c["name"] for c in answer["containers"]]
-    for c, k in zip(answer["containers"], pod.spec.containers, strict=True):
-        check_resources(k.resources, c, enforced=mode == "enforce")
+STRATEGIC = ["k8s", "jenkins", "argo", "arc", "buildkite", "tekton", "tekton-v1beta1", "gitlab"]
+MAIN_ADDRESS = {
+    "k8s": "build",
+    "jenkins": "jnlp",
+    "argo": "main",
+    "arc": "$job",
+    "buildkite": "container-0",
+    "tekton": "steps/build",
+    "tekton-v1beta1": "steps/build",
+    "gitlab": "BUILD_",
+}
 
 
-async def test_argo_pod_spec_patch(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "argo")
-    assert r.headers["content-type"].startswith("text/plain")  # application/json is the spec's shape only
-    patch = json.loads(r.text)  # podSpecPatch is a JSON (or YAML) string merged into the pod spec
-    spec = as_k8s(patch, "V1PodSpec")
-    names = [c.name for c in spec.containers]
-    assert names == ["main", "helper", "svc-postgres", "svc-redis"]  # build runs in Argo's "main"
-    for c, k in zip(answer["containers"], spec.containers, strict=True):
-        check_resources(k.resources, c, enforced=mode == "enforce")
+def check_written(res: dict[str, Any], c: dict[str, Any], *, enforced: bool) -> None:
+    check_resources({k: res.get(k) or {} for k in ("requests", "limits")}, c, enforced=enforced)
 
 
-async def test_arc_hook_template(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "arc")
-    template = yaml.safe_load(r.text)
-    spec = as_k8s(template["spec"], "V1PodSpec")
-    assert spec.containers[0].name == "$job"  # the runner's container hook replaces $job
-    check_resources(spec.containers[0].resources, answer["containers"][0], enforced=mode == "enforce")
+@pytest.mark.parametrize("fmt", STRATEGIC)
+async def test_with_no_mapping_only_the_runners_main_container(make_client: Any, mode: str, fmt: str) -> None:
+    # the runners merge by name: any other name becomes a container without an image (issue 17, 1)
+    answer, r = await answer_and(make_client, mode, fmt)
+    out = written(fmt, r.text)
+    assert list(out) == [MAIN_ADDRESS[fmt]]
+    build = next(c for c in answer["containers"] if c["name"] == "build")
+    check_written(out[MAIN_ADDRESS[fmt]], build, enforced=mode == "enforce")
 
 
-async def test_tekton_step_specs(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "tekton")
-    doc = yaml.safe_load(r.text)
-    assert set(doc) == {"stepSpecs"}
-    for c, step in zip(answer["containers"], doc["stepSpecs"], strict=True):
-        assert set(step) == {"name", "computeResources"}
-        assert step["name"] == c["name"]
-        check_resources(as_k8s(step["computeResources"], "V1ResourceRequirements"), c, enforced=mode == "enforce")
+# (format, containers=, {address: recorded container that sizes it})
+MAPPED = [
+    (
+        "k8s",
+        "build,helper,svc-postgres,ghost=nothing",
+        {"build": "build", "helper": "helper", "svc-postgres": "svc-postgres"},
+    ),
+    ("jenkins", "build,pg=svc-postgres", {"build": "build", "pg": "svc-postgres"}),
+    ("argo", "main,postgres=svc-postgres", {"main": "build", "postgres": "svc-postgres"}),
+    (
+        "arc",
+        "job,postgres=svc-postgres,redis=svc-redis",
+        {"$job": "build", "$postgres": "svc-postgres", "$redis": "svc-redis"},
+    ),
+    ("buildkite", "container-0,container-1=helper", {"container-0": "build", "container-1": "helper"}),
+    (
+        "tekton",
+        "step-build,step-lint=helper,sidecar-postgres=svc-postgres",
+        {"steps/build": "build", "steps/lint": "helper", "sidecars/postgres": "svc-postgres"},
+    ),
+    (
+        "tekton-v1beta1",
+        "step-build,sidecar-redis=svc-redis",
+        {"steps/build": "build", "sidecars/redis": "svc-redis"},
+    ),
+    ("gitlab", "build,helper", {"BUILD_": "build", "HELPER_": "helper"}),
+]
 
 
-async def test_buildkite_pod_spec_patch(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "buildkite")
-    patch = yaml.safe_load(r.text)["kubernetes"]["podSpecPatch"]
-    spec = as_k8s(patch, "V1PodSpec")
-    assert [c.name for c in spec.containers] == [f"container-{i}" for i in range(4)]
-    for c, k in zip(answer["containers"], spec.containers, strict=True):
-        check_resources(k.resources, c, enforced=mode == "enforce")
-
-
-async def test_gitlab_kubernetes_variables(make_client: Any, mode: str) -> None:
-    answer, r = await answer_and(make_client, mode, "gitlab")
-    variables = yaml.safe_load(r.text)["variables"]
+@pytest.mark.parametrize(("fmt", "mapping", "expected"), MAPPED, ids=[m[0] for m in MAPPED])
+async def test_a_mapping_names_the_pods_other_containers(
+    make_client: Any, mode: str, fmt: str, mapping: str, expected: dict[str, str]
+) -> None:
+    async with make_client(cpu_sizing_mode=mode) as client:
+        await post_runs(client, *(run(n, *BUILD_HELPER_SVC) for n in range(3)))
+        answer = await sizing(client)
+        r = await client.get(sizing_path(), params={"format": fmt, "containers": mapping})
+        assert r.status_code == 200, r.text
     by_name = {c["name"]: c for c in answer["containers"]}
-    allowed = re.compile(r"KUBERNETES_(HELPER_|SERVICE_)?(CPU|MEMORY)_(REQUEST|LIMIT)")
-    assert all(allowed.fullmatch(k) for k in variables), variables
-    assert all(isinstance(v, str) for v in variables.values())  # GitLab variables are strings
-    build, helper = by_name["build"], by_name["helper"]
-    assert cpu(variables["KUBERNETES_CPU_REQUEST"]) == build["cpu"]["request_millicores"]
-    assert mem(variables["KUBERNETES_MEMORY_LIMIT"]) == build["memory"]["limit_bytes"]
-    assert mem(variables["KUBERNETES_HELPER_MEMORY_REQUEST"]) == helper["memory"]["request_bytes"]
-    # one setting for all services: the largest of each field
+    out = written(fmt, r.text)
+    assert list(out) == list(expected)  # in the mapping's order; "ghost" has no recorded container
+    for address, recorded in expected.items():
+        check_written(out[address], by_name[recorded], enforced=mode == "enforce")
+
+
+async def test_gitlab_services_share_the_largest_mapped_service(make_client: Any) -> None:
+    async with make_client() as client:
+        await post_runs(client, *(run(n, *BUILD_HELPER_SVC) for n in range(3)))
+        answer = await sizing(client)
+        r = await client.get(
+            sizing_path(), params={"format": "gitlab", "containers": "postgres=svc-postgres,redis=svc-redis"}
+        )
+    by_name = {c["name"]: c for c in answer["containers"]}
+    variables = yaml.safe_load(r.text)["variables"]
+    assert all(k.startswith("KUBERNETES_SERVICE_") for k in variables)  # build not mapped: not written
     services = [by_name["svc-postgres"], by_name["svc-redis"]]
     assert mem(variables["KUBERNETES_SERVICE_MEMORY_LIMIT"]) == max(s["memory"]["limit_bytes"] for s in services)
     assert cpu(variables["KUBERNETES_SERVICE_CPU_REQUEST"]) == max(s["cpu"]["request_millicores"] for s in services)
-    assert ("KUBERNETES_CPU_LIMIT" in variables) == (mode == "enforce")
+
+
+UNKNOWN = {
+    "cpu": {"request": "500m", "limit": "500m", "request_millicores": 500, "limit_millicores": 500, "enforced": False},
+    "memory": {"request": "4Gi", "limit": "4Gi", "request_bytes": 4 << 30, "limit_bytes": 4 << 30},
+}
+
+
+@pytest.mark.parametrize("fmt", STRATEGIC)
+async def test_a_never_seen_job_gets_the_main_container_at_the_defaults(client: httpx.AsyncClient, fmt: str) -> None:
+    # rule S6 keeps "*" in the JSON answer; no format ever names a container "*" (issue 17, 2)
+    assert [c["name"] for c in (await sizing(client))["containers"]] == ["*"]
+    _, mapped, expected = MAPPED[STRATEGIC.index(fmt)]
+    from_build = next(address for address, recorded in expected.items() if recorded == "build")
+    for mapping, main in (("", MAIN_ADDRESS[fmt]), (mapped, from_build)):
+        r = await client.get(sizing_path(), params={"format": fmt, "containers": mapping})
+        assert r.status_code == 200, r.text
+        assert "*" not in r.text
+        out = written(fmt, r.text)
+        assert list(out) == [main]  # the others have nothing recorded: left to the runner
+        check_written(out[main], UNKNOWN, enforced=False)
+
+
+async def test_dotenv_of_a_never_seen_job(client: httpx.AsyncClient) -> None:
+    r = await fetch(client, "dotenv")
+    assert "*" not in r.text
+    assert "CI_SIZER_BUILD_MEMORY_LIMIT=4Gi" in r.text.splitlines()
 
 
 async def test_dotenv(make_client: Any, mode: str) -> None:
@@ -172,9 +246,91 @@ async def test_unknown_format_is_422(client: httpx.AsyncClient) -> None:
     assert r.headers["content-type"] == "application/problem+json"
 
 
-async def test_formats_of_a_cached_and_a_degraded_answer(make_client: Any) -> None:
+async def test_formats_of_a_cached_answer(make_client: Any) -> None:
     async with make_client() as client:
         await post_runs(client, run(1, *BUILD_HELPER_SVC))
         await sizing(client)  # cached now: the formats render the cached answer
-        doc = yaml.safe_load((await fetch(client, "k8s")).text)
-        assert [c["name"] for c in doc["containers"]] == [c["name"] for c in BUILD_HELPER_SVC]
+        doc = yaml.safe_load(
+            (await client.get(sizing_path(), params={"format": "k8s", "containers": "build,helper"})).text
+        )
+        assert [c["name"] for c in doc["containers"]] == ["build", "helper"]
+
+
+DEAD_PG = "postgresql+asyncpg://nobody@127.0.0.1:9/nothing"  # nothing listens on port 9
+
+
+async def test_a_degraded_answer_says_so_in_every_format() -> None:
+    # issue 17, 2: the header everywhere, a comment in YAML, a variable where the format has them
+    from service.main import create_app
+    from service.settings import Settings
+
+    app = create_app(Settings(database_url=DEAD_PG, sizing_deadline_ms=2000))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            for fmt in ["json", "dotenv", *STRATEGIC]:
+                r = await client.get(sizing_path(), params={"format": fmt})
+                assert r.status_code == 200, r.text
+                assert r.headers["ci-sizer-degraded"] == "true", fmt
+                assert "*" not in r.text.replace('"name":"*"', "")  # only the JSON answer keeps S6's "*"
+                if r.headers["content-type"] == "application/yaml":
+                    assert r.text.startswith("# ci-sizer: degraded answer"), fmt
+                if fmt == "gitlab":
+                    assert yaml.safe_load(r.text)["variables"]["CI_SIZER_DEGRADED"] == "true"
+                if fmt == "dotenv":
+                    assert "CI_SIZER_DEGRADED=true" in r.text.splitlines()
+                if fmt in STRATEGIC:
+                    out = written(fmt, r.text)
+                    assert list(out) == [MAIN_ADDRESS[fmt]]
+                    check_written(out[MAIN_ADDRESS[fmt]], UNKNOWN, enforced=False)
+
+
+async def test_an_answer_that_is_not_degraded_has_no_marker(make_client: Any) -> None:
+    async with make_client() as client:
+        await post_runs(client, run(1, *BUILD_HELPER_SVC))
+        for fmt in ["json", "k8s", "gitlab", "dotenv"]:
+            r = await client.get(sizing_path(), params={"format": fmt})
+            assert "ci-sizer-degraded" not in r.headers
+            assert "DEGRADED" not in r.text
+            assert "degraded answer" not in r.text
+
+
+@pytest.mark.parametrize(
+    ("fmt", "mapping"),
+    [
+        ("k8s", "Build"),  # not a DNS-1123 label
+        ("arc", "$job"),  # the pod's name (job); the template's $ is the format's business
+        ("k8s", "build,build=helper"),
+        ("k8s", "build="),
+        ("k8s", ",build"),
+        ("tekton", "build"),  # a Tekton pod container is step-NAME or sidecar-NAME
+        ("json", "build"),
+        ("dotenv", "build"),
+        ("k8s", "a" * 64),
+    ],
+)
+async def test_a_bad_mapping_is_a_422(client: httpx.AsyncClient, fmt: str, mapping: str) -> None:
+    r = await client.get(sizing_path(), params={"format": fmt, "containers": mapping})
+    assert r.status_code == 422, r.text
+    assert r.headers["content-type"] == "application/problem+json"
+    assert r.json()["errors"][0]["loc"] == ["query", "containers"]
+
+
+async def test_formats_and_mappings_are_served_before_routing_as_the_route_serves_them(make_client: Any) -> None:
+    from .test_cache import hits, same_response
+
+    async with make_client() as client:
+        await post_runs(client, *(run(n, *BUILD_HELPER_SVC) for n in range(3)))
+        for query in (
+            "?format=argo",
+            "?format=arc&containers=job,postgres%3Dsvc-postgres",
+            "?containers=step-build,sidecar-pg%3Dsvc-postgres&format=tekton",
+            "?format=gitlab&containers=build,helper",
+            "?format=json",
+            "?format=dotenv&containers=",
+        ):
+            routed = await client.get(sizing_path() + query + "&runs=05")  # not canonical: the route answers
+            h0, m0 = hits(client)
+            cached = await client.get(sizing_path() + query + "&runs=5")  # the same answer, before routing
+            assert hits(client) == (h0 + 1, m0), query
+            assert routed.status_code == 200, routed.text
+            same_response(routed, cached)

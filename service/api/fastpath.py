@@ -5,7 +5,8 @@ for the exact request, this pure-ASGI middleware sends those bytes without going
 dependency resolution and validation, which cost several times what the answer itself does.
 
 It only answers what it is sure of: ``GET /api/v1/sizing/{org}/{repo}/{workflow}/{job}`` with
-canonical query parameters, a caller allowed to read that org, and a fresh cache entry. Anything
+canonical query parameters (``format`` and ``containers`` included: a rendered format is rendered
+from the cached answer, as the route does), a caller allowed to read that org, and a fresh cache entry. Anything
 else (a bad parameter, a missing token, a miss) goes on to the app, which answers as it always
 does; a request served here gets the same status, headers and body the route would send.
 """
@@ -13,14 +14,17 @@ does; a request served here gets the same status, headers and body the route wou
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 from urllib.parse import parse_qsl
 
+import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..auth import TokenStore, principal_from
 from ..errors import ServiceError
 from ..observability.metrics import RECOMMENDATIONS, SIZING_CACHE
 from ..observability.middleware import RouteLabel
+from ..services import formats
 from ..services.cache import AnswerCache, CacheKey
 from ..services.overrides import ScopeKey
 from .paths import segment
@@ -32,10 +36,19 @@ _PERCENTILES = frozenset(("peak", "p99", "p95", "p75", "p50", "avg"))
 _CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,3}")
 
 
-def _params(query: bytes) -> CacheKey | None:
+_FORMATS = frozenset(("json", *formats.RENDERERS))
+
+
+class Params(NamedTuple):
+    key: CacheKey
+    output: str
+    mapping: formats.Mapping | None
+
+
+def _params(query: bytes) -> Params | None:
     """The sizing parameters if the query string is in a form the route reads the same way;
     ``None`` for anything else (the route will judge it)."""
-    runs, buffer, percentile = 5, 20, "p95"
+    runs, buffer, percentile, output, containers = 5, 20, "p95", "json", ""
     if query:
         try:
             pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=True)
@@ -55,11 +68,19 @@ def _params(query: bytes) -> CacheKey | None:
                     runs = int(value)
                 else:
                     buffer = int(value)
+            elif name == "format" and value in _FORMATS:
+                output = value
+            elif name == "containers":
+                containers = value
             else:
                 return None
         if not (1 <= runs <= 100 and 0 <= buffer <= 1000):
             return None
-    return CacheKey(runs, buffer, percentile)
+    try:
+        mapping = formats.parse_containers(containers, output)
+    except formats.MappingError:
+        return None
+    return Params(CacheKey(runs, buffer, percentile), output, mapping)
 
 
 class CachedSizing:
@@ -71,8 +92,9 @@ class CachedSizing:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
-            body = self._lookup(scope)
-            if body is not None:
+            found = self._lookup(scope)
+            if found is not None:
+                media_type, body = found
                 scope["route"] = self.route
                 await send(
                     {
@@ -80,7 +102,7 @@ class CachedSizing:
                         "status": 200,
                         "headers": [
                             (b"content-length", str(len(body)).encode()),
-                            (b"content-type", b"application/json"),
+                            (b"content-type", media_type.encode()),
                         ],
                     }
                 )
@@ -88,7 +110,7 @@ class CachedSizing:
                 return
         await self.app(scope, receive, send)
 
-    def _lookup(self, scope: Scope) -> bytes | None:
+    def _lookup(self, scope: Scope) -> tuple[str, bytes] | None:
         path: str = scope["path"]
         if not path.startswith(PREFIX):
             return None
@@ -111,9 +133,11 @@ class CachedSizing:
                     return None
         except ServiceError:
             return None
-        hit = self.cache.fresh(key, params)
+        hit = self.cache.fresh(key, params.key)
         if hit is None:
             return None
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return hit.body
+        if params.output == "json":
+            return "application/json", hit.body
+        return formats.render(params.output, orjson.loads(hit.body), params.mapping)

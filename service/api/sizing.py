@@ -20,7 +20,9 @@ from ..services.cache import AnswerCache, CacheKey, Entry
 from ..services.overrides import ScopeKey
 from .paths import JobKeyDep
 
-OutputFormat = Literal["json", "k8s", "gitlab", "dotenv", "argo", "tekton", "buildkite", "jenkins", "arc"]
+OutputFormat = Literal[
+    "json", "k8s", "gitlab", "dotenv", "argo", "tekton", "tekton-v1beta1", "buildkite", "jenkins", "arc"
+]
 router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"], route_class=AuthenticatedRoute)
 log = logging.getLogger("ci_sizer.sizing")
 
@@ -46,9 +48,18 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
-def _rendered(output: str, answer: dict[str, Any]) -> Response:
-    media_type, text = formats.RENDERERS[output](answer)
-    return Response(content=text, media_type=media_type)
+def _rendered(output: str, answer: dict[str, Any], mapping: formats.Mapping | None) -> Response:
+    media_type, body = formats.render(output, answer, mapping)
+    return Response(content=body, media_type=media_type)
+
+
+def _mapping(value: str, output: str) -> formats.Mapping | None:
+    try:
+        return formats.parse_containers(value, output)
+    except formats.MappingError as exc:
+        raise InvalidInput(
+            str(exc), errors=[{"loc": ["query", "containers"], "msg": str(exc), "type": "value_error"}]
+        ) from None
 
 
 @router.get(
@@ -74,6 +85,14 @@ async def get_sizing(
         OutputFormat,
         Query(alias="format", description="json (the spec's shape) or a CI system's: see docs/integrations"),
     ] = "json",
+    containers: Annotated[
+        str,
+        Query(
+            max_length=formats.MAX_MAPPING_LENGTH,
+            description="the runner pod's containers to size, ``POD[=RECORDED],...`` (default: only the "
+            "runner's main container, sized from the job's main recorded one): see docs/integrations",
+        ),
+    ] = "",
 ) -> Response:
     """Requests and limits per container for the job's next run. A job never seen answers 200 in
     the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name.
@@ -83,15 +102,17 @@ async def get_sizing(
 
     Fail-open: when the database is down or does not answer within the deadline
     (``CI_SIZER_SIZING_DEADLINE_MS``, 250 ms), the answer is still 200: the last answer served for
-    the job, else the unknown-phase defaults, with ``meta.degraded: true``."""
+    the job, else the unknown-phase defaults, with ``meta.degraded: true`` and the header
+    ``CI-Sizer-Degraded: true`` (in every format)."""
     principal.ensure_org(key.org)
+    mapping = _mapping(containers, output)
     cache: AnswerCache = request.app.state.answers
     cache_key = CacheKey(runs, buffer, cpu_percentile)
     hit = cache.fresh(key, cache_key)
     if hit is not None:
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return _json(hit.body) if output == "json" else _rendered(output, orjson.loads(hit.body))
+        return _json(hit.body) if output == "json" else _rendered(output, orjson.loads(hit.body), mapping)
     SIZING_CACHE.labels(result="miss").inc()
     params = sizing_service.SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
     policy = policy_of(request)
@@ -109,7 +130,9 @@ async def get_sizing(
             key=key, last=None if last is None else orjson.loads(last.body), params=params, policy=policy
         )
         RECOMMENDATIONS.labels(phase=answer["meta"]["phase"], override_scope=answer["meta"]["override_scope"]).inc()
-        return OrjsonResponse(answer) if output == "json" else _rendered(output, answer)
+        response = OrjsonResponse(answer) if output == "json" else _rendered(output, answer, mapping)
+        response.headers[formats.DEGRADED_HEADER] = "true"
+        return response
     meta = rec.answer["meta"]
     body = orjson.dumps(rec.answer)
     entry = Entry(body=body, phase=meta["phase"], override_scope=meta["override_scope"], fresh_until=rec.fresh_until)
@@ -117,7 +140,7 @@ async def get_sizing(
     RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
     if rec.job_id is not None:
         request.app.state.fleet.note(rec.job_id, rec.totals())
-    return _json(body) if output == "json" else _rendered(output, rec.answer)
+    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping)
 
 
 async def recommendations(request: Request, keys: list[ScopeKey]) -> tuple[dict[ScopeKey, dict[str, Any]], bool]:

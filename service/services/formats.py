@@ -1,15 +1,34 @@
 """A sizing answer in each CI system's own shape (``GET /api/v1/sizing/...?format=``).
 
-Every renderer takes the JSON answer (the spec's shape) and returns ``(media type, text)``.
-Container names map per format as documented in docs/integrations/README.md:
+Every strategic-merge format (``k8s``, ``jenkins``, ``argo``, ``arc``, ``buildkite``, ``tekton``,
+``tekton-v1beta1``) and ``gitlab`` name containers of the pod the runner builds, and nothing else:
+those runners merge containers by name, and a name the pod lacks becomes a new container without an
+image, which the API server rejects (or, for Tekton, a TaskRun the controller rejects). So:
 
-- ``k8s``, ``jenkins``, ``tekton``, ``dotenv``: the container names as reported;
-- ``argo``: the first container (or one named ``build``) is Argo's ``main``;
-- ``arc``: the first container (or one named ``build``) is the hook template's ``$job``;
-- ``buildkite``: containers in answer order are ``container-0``, ``container-1``, ...;
-- ``gitlab``: ``build`` (or the first container) sets ``KUBERNETES_*``, ``helper`` sets
-  ``KUBERNETES_HELPER_*``, containers named ``svc-*``/``service*`` set ``KUBERNETES_SERVICE_*``
-  (the largest of them: GitLab has one setting for all services).
+- with no ``containers=`` mapping, an answer names only the runner's main container (``MAIN``),
+  sized from the job's main recorded container (``build``, else the only one, else the first);
+- ``containers=POD[=RECORDED],...`` names exactly the pod containers listed, each sized from the
+  recorded container of that name (``RECORDED``, by default ``POD`` itself; for the main pod name,
+  the main recorded container). A listed container with no recorded counterpart is left out (the
+  runner's defaults apply), except for a never-seen job, whose unknown-phase defaults size what the
+  main recorded container would (the main pod name, and any container sized from ``build``). Names are those of the containers in the runner's pod:
+
+  - ``arc``: ``job`` and the service containers, named by runner-container-hooks after their image
+    (``postgres`` for ``postgres:16``); the hook template addresses them as ``$job``, ``$postgres``;
+  - ``tekton``: ``step-NAME`` and ``sidecar-NAME`` (the pod's names for a Task's steps and sidecars):
+    steps go to ``stepSpecs``, sidecars to ``sidecarSpecs`` (``stepOverrides``/``sidecarOverrides``
+    with ``resources`` for ``tekton-v1beta1``);
+  - ``gitlab``: ``build`` sets ``KUBERNETES_*``, ``helper`` ``KUBERNETES_HELPER_*``, any other name
+    (a service alias, or ``svc-N``) ``KUBERNETES_SERVICE_*``: the largest of them, since the job's
+    variables have one setting for every service.
+
+A never-seen job (one container named ``*`` in the JSON answer, rule S6) gets the main container at
+the unknown-phase defaults: ``*`` is never a container name in a format. ``dotenv`` is not merged by
+anyone: it keeps one group of variables per recorded container (``*`` written as ``BUILD``).
+
+A degraded answer (``meta.degraded``) says so in every format: the ``CI-Sizer-Degraded`` header (set
+by the route), plus a first-line comment in the YAML formats and a ``CI_SIZER_DEGRADED`` variable in
+``gitlab`` and ``dotenv``. ``argo`` is JSON, which has no comments.
 
 A CPU limit is only written where the answer enforces it (``cpu.enforced``, rule S17): in observe
 mode the CPU limit is advice, and a limit that is written is a limit that throttles.
@@ -18,13 +37,70 @@ mode the CPU limit is advice, and a limit that is written is a limit that thrott
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import orjson
 import yaml
 
 YAML = "application/yaml"
+TEXT = "text/plain; charset=utf-8"
+DEGRADED_HEADER = "CI-Sizer-Degraded"
+DEGRADED_COMMENT = (
+    "# ci-sizer: degraded answer (the sizer could not read its database in time): "
+    "the last answer it served for this job, else the defaults for a job it has never seen\n"
+)
+
+#: the runner's main container, per format, as the runner names it in the pod
+MAIN: dict[str, str] = {
+    "k8s": "build",
+    "jenkins": "jnlp",  # kubernetes-plugin: KubernetesCloud.JNLP_NAME, the agent container every pod has
+    "argo": "main",  # argo-workflows: common.MainContainerName
+    "arc": "job",  # runner-container-hooks: JOB_CONTAINER_NAME, addressed as $job in the template
+    "buildkite": "container-0",  # agent-stack-k8s: DefaultCommandContainerName
+    "tekton": "step-build",  # a Task step named build
+    "tekton-v1beta1": "step-build",
+    "gitlab": "build",  # gitlab-runner: buildContainerName
+}
+
+Mapping = tuple[tuple[str, str | None], ...]
+"""``containers=``: (pod container name, recorded container name or None for the default)."""
+
+MAX_MAPPED = 64
+MAX_MAPPING_LENGTH = 4096
+_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # a DNS-1123 label, as the API server wants
+UNSEEN = "*"
+
+
+class MappingError(ValueError):
+    """A ``containers=`` value that cannot be read; the message says why."""
+
+
+def parse_containers(value: str, output: str) -> Mapping | None:
+    """Read ``containers=POD[=RECORDED],...`` for the format ``output``; ``None`` when empty."""
+    if value == "":
+        return None
+    if len(value) > MAX_MAPPING_LENGTH:
+        raise MappingError(f"at most {MAX_MAPPING_LENGTH} characters")
+    if output not in MAIN:
+        raise MappingError(f"containers= applies to the formats {', '.join(MAIN)}, not {output}")
+    items: list[tuple[str, str | None]] = []
+    seen: set[str] = set()
+    for item in value.split(","):
+        pod, sep, recorded = item.partition("=")
+        if not _POD_NAME.fullmatch(pod):
+            raise MappingError(f"{pod!r} is not a container name (lower-case letters, digits and '-', at most 63)")
+        if sep and not recorded:
+            raise MappingError(f"{item!r}: the recorded container after '=' is empty")
+        if output.startswith("tekton") and not pod.startswith(("step-", "sidecar-")):
+            raise MappingError(f"{pod!r}: a Tekton pod container is step-NAME or sidecar-NAME")
+        if pod in seen:
+            raise MappingError(f"{pod!r} is named twice")
+        seen.add(pod)
+        items.append((pod, recorded if sep else None))
+    if len(items) > MAX_MAPPED:
+        raise MappingError(f"at most {MAX_MAPPED} containers")
+    return tuple(items)
 
 
 def resources(c: dict[str, Any]) -> dict[str, dict[str, str]]:
@@ -35,58 +111,104 @@ def resources(c: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {"requests": {"cpu": c["cpu"]["request"], "memory": c["memory"]["request"]}, "limits": limits}
 
 
-def _main_index(containers: list[dict[str, Any]]) -> int:
-    for i, c in enumerate(containers):
+def main_container(containers: list[dict[str, Any]]) -> dict[str, Any]:
+    """The job's main recorded container: ``build``, else the only one, else the first."""
+    for c in containers:
         if c["name"] == "build":
-            return i
-    return 0
+            return c
+    return containers[0]
 
 
-def _renamed(containers: list[dict[str, Any]], main: str) -> list[dict[str, Any]]:
-    m = _main_index(containers)
-    return [{"name": main if i == m else c["name"], "resources": resources(c)} for i, c in enumerate(containers)]
+def _default_recorded(output: str, pod: str) -> str:
+    if output.startswith("tekton"):
+        return pod.partition("-")[2]  # step-build -> build, sidecar-postgres -> postgres
+    return pod
 
 
-def _yaml(doc: Any) -> tuple[str, str]:
-    return YAML, yaml.safe_dump(doc, sort_keys=False)
+def select(answer: dict[str, Any], output: str, mapping: Mapping | None) -> list[tuple[str, dict[str, Any]]]:
+    """The pod containers to write, each with the recorded container of the answer that sizes it."""
+    containers: list[dict[str, Any]] = answer["containers"]
+    by_name = {c["name"]: c for c in containers}
+    main_pod = MAIN[output]
+    chosen: list[tuple[str, dict[str, Any]]] = []
+    for pod, recorded in mapping if mapping is not None else ((main_pod, None),):
+        if recorded is None and pod == main_pod:
+            c: dict[str, Any] | None = main_container(containers)
+        else:
+            source = recorded if recorded is not None else _default_recorded(output, pod)
+            c = by_name.get(source)
+            if c is None and UNSEEN in by_name and (pod == main_pod or source == "build"):
+                c = by_name[UNSEEN]  # never seen: the main container at the unknown-phase defaults
+        if c is not None:
+            chosen.append((pod, c))
+    return chosen
 
 
-def k8s(answer: dict[str, Any]) -> tuple[str, str]:
-    return _yaml({"containers": [{"name": c["name"], "resources": resources(c)} for c in answer["containers"]]})
+def _degraded(answer: dict[str, Any]) -> bool:
+    return bool(answer["meta"].get("degraded"))
 
 
-def jenkins(answer: dict[str, Any]) -> tuple[str, str]:
-    """A pod for the Kubernetes plugin's ``yaml`` with ``yamlMergeStrategy: merge()``."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "spec": {"containers": [{"name": c["name"], "resources": resources(c)} for c in answer["containers"]]},
-    }
-    return _yaml(pod)
+def _yaml(answer: dict[str, Any], doc: Any) -> tuple[str, str]:
+    text = yaml.safe_dump(doc, sort_keys=False)
+    return YAML, (DEGRADED_COMMENT + text if _degraded(answer) else text)
 
 
-def argo(answer: dict[str, Any]) -> tuple[str, str]:
+def _named(chosen: Sequence[tuple[str, dict[str, Any]]], prefix: str = "") -> list[dict[str, Any]]:
+    return [{"name": prefix + pod, "resources": resources(c)} for pod, c in chosen]
+
+
+def k8s(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    return _yaml(answer, {"containers": _named(select(answer, "k8s", mapping))})
+
+
+def jenkins(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    """A pod for the Kubernetes plugin's ``yaml``, merged by container name with the podTemplate's
+    containers (PodTemplateUtils.combine)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": _named(select(answer, "jenkins", mapping))}}
+    return _yaml(answer, pod)
+
+
+def argo(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
     """The value of a template's ``podSpecPatch``: a string holding JSON, served as text so that
     ``application/json`` stays the spec's shape."""
-    patch = {"containers": _renamed(answer["containers"], "main")}
-    return "text/plain; charset=utf-8", orjson.dumps(patch).decode() + "\n"
+    patch = {"containers": _named(select(answer, "argo", mapping))}
+    return TEXT, orjson.dumps(patch).decode() + "\n"
 
 
-def arc(answer: dict[str, Any]) -> tuple[str, str]:
-    """A container hook template (ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE): ``$job`` is the job container."""
-    return _yaml({"spec": {"containers": _renamed(answer["containers"], "$job")}})
+def arc(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    """A container hook template (ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE). runner-container-hooks
+    merges a ``$NAME`` entry into the pod's container NAME and appends every other entry as a new
+    container, so every entry here is ``$``-prefixed."""
+    return _yaml(answer, {"spec": {"containers": _named(select(answer, "arc", mapping), "$")}})
 
 
-def tekton(answer: dict[str, Any]) -> tuple[str, str]:
-    """TaskRun ``spec.stepSpecs``: compute resources per step, steps named as the containers."""
-    steps = [{"name": c["name"], "computeResources": resources(c)} for c in answer["containers"]]
-    return _yaml({"stepSpecs": steps})
+def _tekton(answer: dict[str, Any], mapping: Mapping | None, output: str) -> tuple[str, str]:
+    v1 = output == "tekton"
+    field = "computeResources" if v1 else "resources"
+    steps: list[dict[str, Any]] = []
+    sidecars: list[dict[str, Any]] = []
+    for pod, c in select(answer, output, mapping):
+        kind, _, name = pod.partition("-")
+        (steps if kind == "step" else sidecars).append({"name": name, field: resources(c)})
+    doc: dict[str, Any] = {("stepSpecs" if v1 else "stepOverrides"): steps}
+    if sidecars:
+        doc["sidecarSpecs" if v1 else "sidecarOverrides"] = sidecars
+    return _yaml(answer, doc)
 
 
-def buildkite(answer: dict[str, Any]) -> tuple[str, str]:
-    """The kubernetes plugin's ``podSpecPatch`` (agent-stack-k8s), commands in ``container-N``."""
-    containers = [{"name": f"container-{i}", "resources": resources(c)} for i, c in enumerate(answer["containers"])]
-    return _yaml({"kubernetes": {"podSpecPatch": {"containers": containers}}})
+def tekton(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    """TaskRun ``spec.stepSpecs`` (and ``sidecarSpecs``), tekton.dev/v1."""
+    return _tekton(answer, mapping, "tekton")
+
+
+def tekton_v1beta1(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    """TaskRun ``spec.stepOverrides`` (and ``sidecarOverrides``), tekton.dev/v1beta1."""
+    return _tekton(answer, mapping, "tekton-v1beta1")
+
+
+def buildkite(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    """The kubernetes plugin's ``podSpecPatch`` (agent-stack-k8s), merged by container name."""
+    return _yaml(answer, {"kubernetes": {"podSpecPatch": {"containers": _named(select(answer, "buildkite", mapping))}}})
 
 
 def _env_name(name: str) -> str:
@@ -94,26 +216,22 @@ def _env_name(name: str) -> str:
     return cleaned or "CONTAINER"
 
 
-def dotenv(answer: dict[str, Any]) -> tuple[str, str]:
-    lines = []
+def dotenv(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    lines = ["CI_SIZER_DEGRADED=true"] if _degraded(answer) else []
     for c in answer["containers"]:
-        prefix = f"CI_SIZER_{_env_name(c['name'])}"
+        prefix = f"CI_SIZER_{_env_name('build' if c['name'] == UNSEEN else c['name'])}"
         lines += [
             f"{prefix}_CPU_REQUEST={c['cpu']['request']}",
             f"{prefix}_CPU_LIMIT={c['cpu']['limit'] if c['cpu']['enforced'] else ''}",
             f"{prefix}_MEMORY_REQUEST={c['memory']['request']}",
             f"{prefix}_MEMORY_LIMIT={c['memory']['limit']}",
         ]
-    return "text/plain; charset=utf-8", "\n".join(lines) + "\n"
+    return TEXT, "\n".join(lines) + "\n"
 
 
-def _is_service(name: str) -> bool:
-    return name.startswith("svc-") or name.startswith("service")
-
-
-def gitlab(answer: dict[str, Any]) -> tuple[str, str]:
-    """``variables:`` for the Kubernetes executor's overwrites (``KUBERNETES_*``)."""
-    containers = answer["containers"]
+def gitlab(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+    """``variables:`` for the Kubernetes executor's overwrites (gitlab-runner
+    ``executors/kubernetes/overwrites.go``). Helper and service variables only when mapped."""
     out: dict[str, str] = {}
 
     def put(prefix: str, c: dict[str, Any]) -> None:
@@ -123,15 +241,16 @@ def gitlab(answer: dict[str, Any]) -> tuple[str, str]:
         out[f"{prefix}MEMORY_REQUEST"] = c["memory"]["request"]
         out[f"{prefix}MEMORY_LIMIT"] = c["memory"]["limit"]
 
-    others = [c for c in containers if c["name"] != "helper" and not _is_service(c["name"])]
-    if others:
-        put("KUBERNETES_", others[_main_index(others)])
-    for c in containers:
-        if c["name"] == "helper":
+    services = []
+    for pod, c in select(answer, "gitlab", mapping):
+        if pod == "build":
+            put("KUBERNETES_", c)
+        elif pod == "helper":
             put("KUBERNETES_HELPER_", c)
-    services = [c for c in containers if _is_service(c["name"])]
+        else:
+            services.append(c)
     if services:
-        # one setting for every service container: the largest of each field
+        # one job-level setting for every service container: the largest of each field
         biggest = {
             "cpu": {
                 "request": max(services, key=lambda c: c["cpu"]["request_millicores"])["cpu"]["request"],
@@ -144,16 +263,25 @@ def gitlab(answer: dict[str, Any]) -> tuple[str, str]:
             },
         }
         put("KUBERNETES_SERVICE_", biggest)
-    return _yaml({"variables": out})
+    if _degraded(answer):
+        out["CI_SIZER_DEGRADED"] = "true"
+    return _yaml(answer, {"variables": out})
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any]], tuple[str, str]]] = {
+RENDERERS: dict[str, Callable[[dict[str, Any], Mapping | None], tuple[str, str]]] = {
     "k8s": k8s,
     "gitlab": gitlab,
     "dotenv": dotenv,
     "argo": argo,
     "tekton": tekton,
+    "tekton-v1beta1": tekton_v1beta1,
     "buildkite": buildkite,
     "jenkins": jenkins,
     "arc": arc,
 }
+
+
+def render(output: str, answer: dict[str, Any], mapping: Mapping | None) -> tuple[str, bytes]:
+    """(content type, body) of the answer in the format ``output``."""
+    media_type, text = RENDERERS[output](answer, mapping)
+    return media_type, text.encode()

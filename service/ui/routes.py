@@ -224,7 +224,7 @@ async def job_view(
         pins = await overrides_service.applicable(conn=conn, key=key)
         rows = [] if rec.job_id is None else await jobs_service.recent_runs(conn=conn, job_id=rec.job_id)
     answer = rec.answer
-    rendered = {name: render_format(answer) for name, render_format in formats.RENDERERS.items()}
+    rendered = {name: render_format(answer, None) for name, render_format in formats.RENDERERS.items()}
     return render(
         "job.html",
         key=key,

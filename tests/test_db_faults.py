@@ -177,10 +177,19 @@ def lock_everything(db_url: str) -> Any:
             held["sqlite"] = conn
             return
         conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
-        tx = conn.transaction()
-        await tx.start()
-        await conn.execute("LOCK TABLE jobs, runs, overrides IN ACCESS EXCLUSIVE MODE")
-        held["pg"], held["tx"] = conn, tx
+        for _ in range(20):
+            # the app's background passes (summaries, fleet totals) read these tables too: taking the
+            # locks can meet one of them halfway and be chosen as the deadlock's victim; try again
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                await conn.execute("LOCK TABLE jobs, runs, overrides IN ACCESS EXCLUSIVE MODE")
+            except asyncpg.exceptions.DeadlockDetectedError:
+                await tx.rollback()
+                continue
+            held["pg"], held["tx"] = conn, tx
+            return
+        raise AssertionError("could not lock the tables")
 
     async def release() -> None:
         if "sqlite" in held:

@@ -22,10 +22,10 @@ from sqlmodel import col
 
 from .. import core
 from ..models import Job, Override, Run, RunContainer, utcnow
-from .overrides import FIELDS, SCOPES, ScopeKey, is_expired
+from . import sizing
+from .overrides import ScopeKey, is_expired
 
 DEFAULT_DURATION = 600.0  # seconds, for runs posted without started_at
-_RANK = {"org": 1, "repo": 2, "workflow": 3, "job": 4}
 
 
 @dataclass(frozen=True)
@@ -216,22 +216,28 @@ async def load_pins(*, conn: AsyncConnection, org: str | None) -> list[Any]:
 
 
 def pins_for(overrides: Sequence[Any], key: ScopeKey) -> tuple[int, ...]:
-    """Rule O2 for one job: per field the most specific pin's value and its scope rank (0 = none)."""
+    """Rule O2 for one job, as the live answer resolves it (``sizing.pins8``): per field the most
+    specific pin's value and its scope rank (0 = none)."""
     levels = {
         "org": (key.org, "", "", ""),
         "repo": (key.org, key.repo, "", ""),
         "workflow": (key.org, key.repo, key.workflow, ""),
         "job": (key.org, key.repo, key.workflow, key.job),
     }
-    by_scope = {o.scope: o for o in overrides if (o.org, o.repo, o.workflow, o.job) == levels.get(o.scope)}
-    values, ranks = [-1] * 4, [0] * 4
-    for f, name in enumerate(FIELDS):
-        for scope in reversed(SCOPES):
-            o = by_scope.get(scope)
-            if o is not None and getattr(o, name) is not None:
-                values[f], ranks[f] = int(getattr(o, name)), _RANK[scope]
-                break
-    return (*values, *ranks)
+    return sizing.pins8({o.scope: o for o in overrides if (o.org, o.repo, o.workflow, o.job) == levels.get(o.scope)})
+
+
+def recommend_before(
+    s: Series, i: int, params: Params, pins: Sequence[int], *, max_backoff_memory: int = 64 * core.GIB
+) -> Any:
+    """The ci-sizer recommendation for run ``i`` of a series from the runs before it: the core's
+    ``size_run``, with the columns and arguments ``backtest_walk`` scores it with."""
+    c = s.columns
+    return core.size_run(
+        i, c["clean"], c["present"], c[f"cpu_{params.cpu_percentile}"], c["cpu_peak"], c["cpu_p95"], c["mem_peak"],
+        c["mem_limit"], c["oom"], c["pod_peak"], c["ceiling"][i], core.POLICY_CI_SIZER, params.runs, params.buffer,
+        params.memory_qos == "guaranteed", pins, max_backoff_memory,
+    )  # fmt: skip
 
 
 def _empty() -> list[float]:

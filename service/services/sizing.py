@@ -27,13 +27,12 @@ from .ceilings import Ceiling
 from .overrides import SCOPES, PinRow, ScopeKey
 
 Phase = Literal["unknown", "learning", "confident"]
-_PHASE_CODE = {
-    "unknown": core.PHASE_UNKNOWN,
-    "learning": core.PHASE_LEARNING,
-    "confident": core.PHASE_CONFIDENT,
-}
+_PHASES: tuple[Phase, ...] = ("unknown", "learning", "confident")  # by the core's PHASE_* code
+#: the clean runs a window must reach back to, at least, for the core to tell the phase (rule S4)
+_PHASE_SAMPLES = 3
 #: Specificity of a value's source, for rule O3 (the algorithm is the least specific).
 _RANK = {"algorithm": 0, "org": 1, "repo": 2, "workflow": 3, "job": 4}
+_SOURCE = tuple(_RANK)  # an O3 rank's name, as size_run reports it
 _MIB = core.MIB
 
 
@@ -84,7 +83,8 @@ class HistoryRun:
 @dataclass
 class History:
     clean_samples: int = 0
-    #: newest first (rule S3): every run from the oldest analysed run on, or all runs when none is clean
+    #: newest first (rule S3): every run from the oldest of the newest max(runs, 3) clean runs on
+    #: (enough clean runs for the core to tell the phase, S4), or all runs when none is clean
     window: list[HistoryRun] = field(default_factory=list)
     newest_node_memory_bytes: int | None = None
 
@@ -178,7 +178,7 @@ async def load_history(
     if need_node_memory:
         history.newest_node_memory_bytes = node_memory
     window = _WINDOW if history.clean_samples else _ALL_RUNS
-    rows = await conn.execute(window, {"job_id": job_id, "runs": runs})
+    rows = await conn.execute(window, {"job_id": job_id, "runs": max(runs, _PHASE_SAMPLES)})
     current: HistoryRun | None = None
     for row in rows:
         if current is None or current.id != row.id:
@@ -186,15 +186,6 @@ async def load_history(
             history.window.append(current)
         current.containers[row.name] = row
     return job_id, history
-
-
-def phase_for(clean_samples: int) -> Phase:
-    """Rule S4."""
-    if clean_samples == 0:
-        return "unknown"
-    if clean_samples <= 2:
-        return "learning"
-    return "confident"
 
 
 def node_ceiling(policy: Policy, history: History) -> int | None:
@@ -206,70 +197,12 @@ def node_ceiling(policy: Policy, history: History) -> int | None:
     return history.newest_node_memory_bytes * 9 // (10 * _MIB) * _MIB
 
 
-def oom_streak(window: list[HistoryRun], name: str) -> tuple[int, int | None]:
-    """Rule S13/S14: the OOM-suspect streak of one container from the newest run, and the limit
-    reported by the streak's oldest run."""
-    k = 0
-    limit: int | None = None
-    for run in window:
-        c = run.containers.get(name)
-        if c is None:
-            continue
-        if not c.oom_suspect:
-            break
-        k += 1
-        limit = c.memory_limit_bytes
-    return k, limit
-
-
-def backoff_factor(consecutive: int) -> int:
-    """Rule S14's 2**k, with k capped as the core caps it (a JSON integer for any streak)."""
-    return 1 << min(consecutive, core.MAX_BACKOFF_DOUBLINGS)
-
-
 def _ordered_names(runs: list[HistoryRun]) -> list[str]:
     names: dict[str, None] = {}
     for run in runs:
         for name in run.containers:
             names.setdefault(name, None)
     return list(names)
-
-
-@dataclass
-class Resolved:
-    value: int
-    source: str
-
-
-def resolve(
-    algorithm: tuple[int, int, int, int],
-    pins: dict[str, PinRow],
-    *,
-    guaranteed: bool,
-) -> tuple[Resolved, Resolved, Resolved, Resolved]:
-    """Rules O2-O3 for one container: each field from the most specific pin, else the algorithm;
-    then a request above its limit is reconciled in favour of the more specific source."""
-
-    def pick(column: str, computed: int) -> Resolved:
-        for scope in ("job", "workflow", "repo", "org"):
-            o = pins.get(scope)
-            if o is not None and getattr(o, column) is not None:
-                return Resolved(int(getattr(o, column)), scope)
-        return Resolved(computed, "algorithm")
-
-    cpu_req = pick("cpu_request_millicores", algorithm[0])
-    cpu_lim = pick("cpu_limit_millicores", algorithm[1])
-    mem_req = pick("memory_request_bytes", algorithm[2])
-    mem_lim = pick("memory_limit_bytes", algorithm[3])
-    for req, lim in ((cpu_req, cpu_lim), (mem_req, mem_lim)):
-        if req.value > lim.value:
-            if _RANK[req.source] > _RANK[lim.source]:
-                lim.value, lim.source = req.value, req.source
-            else:
-                req.value, req.source = lim.value, lim.source
-    if guaranteed and mem_req.source == "algorithm":
-        mem_req.value = mem_lim.value  # O3: an unpinned request follows the final limit
-    return cpu_req, cpu_lim, mem_req, mem_lim
 
 
 def override_scope(pins: dict[str, PinRow]) -> str:
@@ -287,6 +220,19 @@ def override_scope(pins: dict[str, PinRow]) -> str:
     return "global"
 
 
+def pins8(pins: Mapping[str, PinRow]) -> tuple[int, ...]:
+    """Rule O2 as ``size_run`` takes it: per field the most specific pin (-1 = none), then its rank
+    (1 org .. 4 job; 0 = not pinned)."""
+    values, ranks = [-1] * 4, [0] * 4
+    for f, column in enumerate(overrides_service.FIELDS):
+        for scope in ("job", "workflow", "repo", "org"):
+            o = pins.get(scope)
+            if o is not None and getattr(o, column) is not None:
+                values[f], ranks[f] = int(getattr(o, column)), _RANK[scope]
+                break
+    return (*values, *ranks)
+
+
 def compute(
     *,
     key: ScopeKey,
@@ -295,63 +241,71 @@ def compute(
     params: SizingParams,
     policy: Policy,
 ) -> dict[str, Any]:
-    phase = phase_for(history.clean_samples)
-    n_analysed = min(params.runs, history.clean_samples)  # rule S5
-    analysed = [r for r in history.window if r.clean][:n_analysed]
-    if phase == "unknown":  # rule S6
-        names = _ordered_names(history.window) or ["*"]
-    else:
-        names = _ordered_names(analysed)
-    pod_peak = max((r.pod_memory() for r in analysed), default=-1) if phase == "confident" else -1
+    """The answer from the job's history: every rule of the policy is the core's ``size_run``
+    (the one the backtest calls before each run), asked for the next run (``i == n``)."""
+    runs = history.window[::-1]  # oldest first, as the core reads columns
+    n = len(runs)
+    code = core.POLICY_CI_SIZER
+    clean = [core.RUN_CLEAN if r.clean else core.RUN_KILLED for r in runs]
+    analysed = core.analysed_runs(n, clean, code, params.runs)
+    names = _ordered_names([runs[j] for j in analysed] if analysed else history.window) or ["*"]  # rule S6
     ceiling = node_ceiling(policy, history)
     guaranteed = policy.memory_qos == "guaranteed"
-    stat = "cpu_peak" if phase == "learning" else f"cpu_{params.cpu_percentile}"
+    stat = f"cpu_{params.cpu_percentile}"
+    pinned = pins8(pins)
+    pod = [r.pod_memory() for r in runs]
     cpu_pinned = any(o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None for o in pins.values())
     enforced = policy.cpu_sizing_mode == "enforce" or cpu_pinned  # rule S17
+    phase = "unknown"
     containers = []
     for name in names:
-        rows = [r.containers[name] for r in analysed if name in r.containers]
-        cpu_observed: float | None = max((getattr(c, stat) for c in rows), default=None)
-        mem_observed: int | None = max((c.memory_peak_bytes for c in rows), default=None)
-        k, streak_limit = oom_streak(history.window, name)
-        cpu_req, cpu_lim, mem_req, mem_lim, capped = core.size_container(
-            _PHASE_CODE[phase],
-            cpu_observed or 0.0,
-            mem_observed or 0,
-            pod_peak,
-            params.buffer,
-            k,
-            -1 if streak_limit is None else streak_limit,
+        rows = [r.containers.get(name) for r in runs]
+        s = core.size_run(
+            n,
+            clean,
+            [int(c is not None) for c in rows],
+            [0.0 if c is None else getattr(c, stat) for c in rows],
+            [0.0 if c is None else c.cpu_peak for c in rows],
+            [0.0 if c is None else c.cpu_p95 for c in rows],
+            [0 if c is None else c.memory_peak_bytes for c in rows],
+            [-1 if c is None or c.memory_limit_bytes is None else c.memory_limit_bytes for c in rows],
+            [0 if c is None else int(c.oom_suspect) for c in rows],
+            pod,
             -1 if ceiling is None else ceiling,
+            code,
+            params.runs,
+            params.buffer,
             guaranteed,
+            pinned,
             policy.max_backoff_memory,
         )
-        f_cpu_req, f_cpu_lim, f_mem_req, f_mem_lim = resolve(
-            (cpu_req, cpu_lim, mem_req, mem_lim), pins, guaranteed=guaranteed
-        )
+        phase = _PHASES[s.phase]
         containers.append(
             {
                 "name": name,
                 "cpu": {
-                    "request": format_cpu(f_cpu_req.value),
-                    "limit": format_cpu(f_cpu_lim.value),
-                    "request_millicores": f_cpu_req.value,
-                    "limit_millicores": f_cpu_lim.value,
+                    "request": format_cpu(s.cpu_request),
+                    "limit": format_cpu(s.cpu_limit),
+                    "request_millicores": s.cpu_request,
+                    "limit_millicores": s.cpu_limit,
                     "enforced": enforced,
-                    "source": {"request": f_cpu_req.source, "limit": f_cpu_lim.source},
+                    "source": {"request": _SOURCE[s.cpu_request_source], "limit": _SOURCE[s.cpu_limit_source]},
                 },
                 "memory": {
-                    "request": format_memory(f_mem_req.value),
-                    "limit": format_memory(f_mem_lim.value),
-                    "request_bytes": f_mem_req.value,
-                    "limit_bytes": f_mem_lim.value,
-                    "source": {"request": f_mem_req.source, "limit": f_mem_lim.source},
+                    "request": format_memory(s.memory_request),
+                    "limit": format_memory(s.memory_limit),
+                    "request_bytes": s.memory_request,
+                    "limit_bytes": s.memory_limit,
+                    "source": {
+                        "request": _SOURCE[s.memory_request_source],
+                        "limit": _SOURCE[s.memory_limit_source],
+                    },
                 },
                 "observed": {
-                    "cpu_millicores": cpu_observed,
-                    "memory_bytes": mem_observed,
+                    "cpu_millicores": None if s.cpu_observed < 0 else s.cpu_observed,
+                    "memory_bytes": None if s.memory_observed < 0 else s.memory_observed,
                 },
-                "oom": {"consecutive": k, "backoff_factor": backoff_factor(k), "capped": capped},
+                "oom": {"consecutive": s.consecutive, "backoff_factor": s.backoff_factor, "capped": bool(s.capped)},
             }
         )
     runner_ceiling = ceilings_service.for_org(policy.ceilings, key.org)
@@ -367,7 +321,7 @@ def compute(
         "meta": {
             "phase": phase,
             "clean_samples": history.clean_samples,
-            "runs_analyzed": n_analysed,
+            "runs_analyzed": min(params.runs, history.clean_samples),  # rule S5
             "runs": params.runs,
             "buffer": params.buffer,
             "cpu_percentile": params.cpu_percentile,

@@ -371,7 +371,8 @@ def history_of(runs: list[RawRun], params: sizing_service.SizingParams) -> sizin
     start = 0
     if h.clean_samples:
         clean_idx = [k for k, r in enumerate(runs) if r.clean]
-        start = clean_idx[-params.runs] if len(clean_idx) >= params.runs else clean_idx[0]
+        reach = max(params.runs, 3)  # load_history reaches back far enough to tell the phase (S4)
+        start = clean_idx[-reach] if len(clean_idx) >= reach else clean_idx[0]
     for k in range(len(runs) - 1, start - 1, -1):
         r = runs[k]
         hr = sizing_service.HistoryRun(id=k, clean=r.clean, pod_memory_peak_bytes=r.pod)

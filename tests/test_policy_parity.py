@@ -1,0 +1,165 @@
+"""One home for the policy (issue 19): the backtest's recommendation before each run is what
+``GET /api/v1/sizing`` answers once the runs before it are ingested, overrides included.
+
+Random histories go through the real API (ingest, overrides, sizing) on SQLite and PostgreSQL; the
+backtest side reads the same runs back through the backtest service's own loader and pin resolution
+and asks the core for its recommendation before each run (``backtest.recommend_before``, the call
+``backtest_walk`` scores). Both cores run it through the ``CI_SIZER_PURE_PYTHON`` pass of CI.
+Rules S3-S17 and O2-O3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from service.db import build_engine
+from service.main import create_app
+from service.services import backtest
+from service.services.overrides import ScopeKey
+from service.settings import Settings
+
+from .helpers import GIB, MIB, container, run, sizing_path
+
+SCOPES = ("org", "repo", "workflow", "job")
+STATS = ("peak", "p99", "p95", "p75", "p50", "avg")
+
+
+@st.composite
+def a_container(draw: st.DrawFn, name: str) -> dict[str, Any]:
+    stats = sorted(draw(st.lists(st.integers(1, 4000), min_size=6, max_size=6)), reverse=True)
+    mem = draw(st.integers(16, 6000)) * MIB
+    limit = draw(st.one_of(st.none(), st.sampled_from([512 * MIB, GIB, 2 * GIB, 4 * GIB, 8 * GIB])))
+    killed = draw(st.booleans()) if draw(st.integers(0, 4)) == 0 else None
+    return container(
+        name, cpu=dict(zip(STATS, map(float, stats), strict=True)), mem=mem, limit=limit, oom_killed=killed
+    )
+
+
+@st.composite
+def a_run(draw: st.DrawFn) -> dict[str, Any]:
+    names = draw(st.lists(st.sampled_from(["build", "helper", "svc"]), min_size=1, max_size=3, unique=True))
+    r: dict[str, Any] = {"containers": [draw(a_container(n)) for n in names]}
+    if draw(st.integers(0, 3)) == 0:
+        r["node_memory_bytes"] = draw(st.sampled_from([4 * GIB, 8 * GIB, 16 * GIB]))
+    return r
+
+
+@st.composite
+def pins(draw: st.DrawFn) -> dict[str, dict[str, str]]:
+    out = {}
+    for scope in draw(st.lists(st.sampled_from(SCOPES), unique=True, max_size=3)):
+        body = {}
+        for kind, lo, hi, unit in (("cpu", 1, 4000, "m"), ("memory", 64, 9000, "Mi")):
+            # a scope's own request is never above its own limit (rule O1)
+            values = sorted(draw(st.lists(st.integers(lo, hi), min_size=2, max_size=2)))
+            for field, v in zip(("request", "limit"), values, strict=True):
+                if draw(st.booleans()):
+                    body[f"{kind}_{field}"] = f"{v}{unit}"
+        if body:
+            out[scope] = body
+    return out
+
+
+def _override_path(key: ScopeKey, scope: str) -> str:
+    parts = (key.org, key.repo, key.workflow, key.job)[: SCOPES.index(scope) + 1]
+    return "/api/v1/sizing/overrides/" + "/".join(parts)
+
+
+async def _scenario(
+    db_url: str,
+    runs: list[dict[str, Any]],
+    pinned: dict[str, dict[str, str]],
+    params: Any,
+    *,
+    ignore_pins: bool = False,
+) -> None:
+    key = ScopeKey(f"o{uuid.uuid4().hex[:10]}", "web", "ci.yml", "build")
+    job = {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job}
+    app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000, sizing_cache_entries=0))
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            for scope, body in pinned.items():
+                r = await client.put(_override_path(key, scope), json=body)
+                assert r.status_code in (200, 201), r.text
+            answers = []
+            for n, r in enumerate(runs):
+                got = await client.get(sizing_path(job), params=params)
+                assert got.status_code == 200, got.text
+                answers.append(got.json())
+                posted = await client.post("/api/v1/runs", json=run(n, *r["containers"], job=job, **_extra(r)))
+                assert posted.status_code == 201, posted.text
+    engine = build_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            series = await backtest.load(conn=conn, org=key.org, since=None, until=None, max_memory=None)
+            overrides = await backtest.load_pins(conn=conn, org=key.org)
+    finally:
+        await engine.dispose()
+    wanted = backtest.Params(runs=params["runs"], buffer=params["buffer"], cpu_percentile=params["cpu_percentile"])
+    pin8 = backtest.pins_for([] if ignore_pins else overrides, key)
+    by_name = {s.container: s for s in series}
+    for i, answer in enumerate(answers):
+        if answer["meta"]["phase"] == "unknown":
+            continue  # defaults: the backtest sizes containers it has not yet seen the same way
+        listed = {c["name"] for c in answer["containers"]}
+        for name, s in by_name.items():
+            sized = backtest.recommend_before(s, i, wanted, pin8)
+            if sized.phase < 0:  # not in the analysed runs: the answer does not list it either
+                assert name not in listed, (i, name)
+                continue
+            c = next(c for c in answer["containers"] if c["name"] == name)
+            live = (
+                c["cpu"]["request_millicores"],
+                c["cpu"]["limit_millicores"],
+                c["memory"]["request_bytes"],
+                c["memory"]["limit_bytes"],
+            )
+            assert live == (sized.cpu_request, sized.cpu_limit, sized.memory_request, sized.memory_limit), (i, name)
+            assert c["oom"]["consecutive"] == sized.consecutive, (i, name)
+
+
+def _extra(r: dict[str, Any]) -> dict[str, Any]:
+    return {"node_memory_bytes": r["node_memory_bytes"]} if "node_memory_bytes" in r else {}
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    runs=st.lists(a_run(), min_size=1, max_size=8),
+    pinned=pins(),
+    n_runs=st.integers(1, 5),
+    buffer=st.integers(0, 100),
+    percentile=st.sampled_from(["peak", "p99", "p95", "p75", "p50", "avg"]),
+)
+def test_backtest_and_live_answer_agree(
+    db_url: str,
+    runs: list[dict[str, Any]],
+    pinned: dict[str, dict[str, str]],
+    n_runs: int,
+    buffer: int,
+    percentile: str,
+) -> None:
+    params = {"runs": n_runs, "buffer": buffer, "cpu_percentile": percentile}
+    asyncio.run(_scenario(db_url, runs, pinned, params))
+
+
+@pytest.mark.parametrize("field", ["memory_limit", "cpu_request"])
+def test_parity_catches_a_divergence(db_url: str, field: str) -> None:
+    """The comparison can fail: a backtest that left out the job's pins disagrees with the answer."""
+    runs = [{"containers": [container("build", cpu=300.0, mem=700 * MIB)]} for _ in range(4)]
+    pinned = {"job": {field: "3Gi" if field.startswith("memory") else "1500m"}}
+    params = {"runs": 5, "buffer": 20, "cpu_percentile": "p95"}
+    asyncio.run(_scenario(db_url, runs, pinned, params))
+    with pytest.raises(AssertionError):
+        asyncio.run(_scenario(db_url, runs, pinned, params, ignore_pins=True))

@@ -175,7 +175,8 @@ async def test_retention_deletes_more_runs_than_one_statement_can_name(make_clie
             if pruner.recovered and not pruner.pending:
                 break
             await asyncio.sleep(0.05)
-        assert pruner.recovered and not pruner.pending
+        assert pruner.recovered
+        assert not pruner.pending
         await asyncio.sleep(0.2)  # a pass that took run-1's note has finished
         if db_url.startswith("postgresql"):
             await _sql(

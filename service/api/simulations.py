@@ -150,16 +150,7 @@ async def _launch(
 
 async def _get(request: Request, analysis_id: str, kind: str, principal: Any) -> dict[str, Any]:
     async with request.app.state.engine.connect() as conn:
-        found = await analyses.get(conn=conn, analysis_id=analysis_id, kind=kind)
-    if found is None:
-        raise NotFound(f"no {kind} {analysis_id!r}")
-    req = found["request"]
-    org = req["history"]["org"] if req.get("history") else req.get("org")
-    if org is not None:
-        principal.ensure_org(org)
-    elif kind == "backtest" and principal.orgs is not None:
-        raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
-    return found
+        return await analyses.get_readable(conn=conn, analysis_id=analysis_id, kind=kind, principal=principal)
 
 
 @router.get(

@@ -27,6 +27,8 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ..auth import Principal
+from ..errors import Forbidden, NotFound
 from ..models import Analysis, to_rfc3339, utcnow
 from ..observability.metrics import ANALYSES, ANALYSES_RUNNING
 
@@ -203,3 +205,18 @@ async def get(*, conn: AsyncConnection, analysis_id: str, kind: str) -> dict[str
         "result": None if row.result is None else json.loads(row.result),
         "error": error,
     }
+
+
+async def get_readable(*, conn: AsyncConnection, analysis_id: str, kind: str, principal: Principal) -> dict[str, Any]:
+    """The analysis, if ``principal`` may read it: its org's, or, for a backtest of every org, a
+    token bound to no org (``NotFound``, ``Forbidden`` otherwise). The API and the page both ask here."""
+    found = await get(conn=conn, analysis_id=analysis_id, kind=kind)
+    if found is None:
+        raise NotFound(f"no {kind} {analysis_id!r}")
+    req = found["request"]
+    org = req["history"]["org"] if req.get("history") else req.get("org")
+    if org is not None:
+        principal.ensure_org(org)
+    elif kind == "backtest" and principal.orgs is not None:
+        raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
+    return found

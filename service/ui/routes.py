@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from ..auth import Principal, ReadPrincipal
-from ..errors import Forbidden, NotFound
+from ..errors import NotFound
 from ..models import NAME_MAX, to_rfc3339
 from ..plots import line_panels
 from ..quantity import format_cpu, format_memory
@@ -354,15 +354,7 @@ async def analysis_view(
     id: Annotated[str, Query(min_length=1, max_length=36)],
 ) -> HTMLResponse:
     async with request.app.state.engine.connect() as conn:
-        found = await analyses.get(conn=conn, analysis_id=id, kind=kind)
-    if found is None:
-        raise NotFound(f"no {kind} {id!r}")
-    req = found["request"]
-    org = req["history"]["org"] if req.get("history") else req.get("org")
-    if org is not None:
-        principal.ensure_org(org)
-    elif kind == "backtest" and principal.orgs is not None:
-        raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
+        found = await analyses.get_readable(conn=conn, analysis_id=id, kind=kind, principal=principal)
     table = plot = None
     result = found["result"]
     if found["status"] == "done" and result is not None:

@@ -1155,6 +1155,26 @@ cdef inline const double* _dptr(const double[::1] view) noexcept:
     return &view[0] if view.shape[0] > 0 else NULL
 
 
+cdef inline _Cols _columns(
+    const long long[::1] clean, const long long[::1] present, const double[::1] stat, const double[::1] peak,
+    const double[::1] p95, const long long[::1] mem, const long long[::1] lim, const long long[::1] oom,
+    const long long[::1] pod,
+) noexcept:
+    """Pointers into one container's columns (the caller keeps the views alive and checked their lengths)."""
+    cdef _Cols cols
+    cols.n = clean.shape[0]
+    cols.clean = _lptr(clean)
+    cols.present = _lptr(present)
+    cols.stat = _dptr(stat)
+    cols.peak = _dptr(peak)
+    cols.p95 = _dptr(p95)
+    cols.mem = _lptr(mem)
+    cols.lim = _lptr(lim)
+    cols.oom = _lptr(oom)
+    cols.pod = _lptr(pod)
+    return cols
+
+
 cdef object _sized(const _Out* out):
     return Sized(
         out.phase, out.v[0], out.v[1], out.v[2], out.v[3], out.rank[0], out.rank[1], out.rank[2], out.rank[3],
@@ -1207,17 +1227,7 @@ def size_run(
     win_buf = array("d", bytes(8 * size))
     cdef long long[::1] newest = newest_buf
     cdef double[::1] win = win_buf
-    cdef _Cols cols
-    cols.n = n
-    cols.clean = _lptr(c_clean)
-    cols.present = _lptr(c_present)
-    cols.stat = _dptr(c_stat)
-    cols.peak = _dptr(c_peak)
-    cols.p95 = _dptr(c_p95)
-    cols.mem = _lptr(c_mem)
-    cols.lim = _lptr(c_lim)
-    cols.oom = _lptr(c_oom)
-    cols.pod = _lptr(c_pod)
+    cdef _Cols cols = _columns(c_clean, c_present, c_stat, c_peak, c_p95, c_mem, c_lim, c_oom, c_pod)
     _size_run(
         i, &cols, ceiling, policy, runs, buffer_pct, guaranteed, pin, backoff_ceiling, prior,
         &newest[0], &win[0], &out,
@@ -1321,17 +1331,7 @@ def backtest_walk(
     win_buf = array("d", bytes(8 * size))
     cdef long long[::1] newest = newest_buf
     cdef double[::1] win = win_buf
-    cdef _Cols cols
-    cols.n = n
-    cols.clean = _lptr(c_clean)
-    cols.present = _lptr(c_present)
-    cols.stat = _dptr(c_stat)
-    cols.peak = _dptr(c_peak)
-    cols.p95 = _dptr(c_p95)
-    cols.mem = _lptr(c_mem)
-    cols.lim = _lptr(c_lim)
-    cols.oom = _lptr(c_oom)
-    cols.pod = _lptr(c_pod)
+    cdef _Cols cols = _columns(c_clean, c_present, c_stat, c_peak, c_p95, c_mem, c_lim, c_oom, c_pod)
     cdef _Out out
     cdef Py_ssize_t i
     cdef long long scored = 0, oom_risk = 0, cpu_scored = 0, throttled = 0

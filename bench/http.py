@@ -114,7 +114,10 @@ def main() -> None:
     print(f"ratio without the cache: {ratio_uncached:.2f}")
     rows = [
         {
-            "figure": f"GET sizing, {args.jobs:,} jobs x {args.runs_per_job} runs, {args.connections} connections",
+            "figure": (
+                f"GET sizing on a warm answer cache (each job asked once before), {args.jobs:,} jobs x "
+                f"{args.runs_per_job} runs, {args.connections} connections: not what runners make (see mixed)"
+            ),
             "ci_sizer_rps": round(cached["rps"]),
             "bare_rps": round(bare["rps"]),
             "ratio": round(ratio, 2),

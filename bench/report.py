@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 TITLES = {
+    "mixed": "Headline: the build path as runners use it, half POST runs and half GET sizing (bench/mixed.py)",
     "core": "Core: six stats and per-container arithmetic (bench/core.py)",
-    "http": "HTTP: GET sizing vs a bare FastAPI app (bench/http.py)",
+    "http": "HTTP: GET sizing on a warm answer cache (every job asked before) vs a bare FastAPI app (bench/http.py)",
     "history": "History size: 1,000 vs 1,000,000 stored runs (bench/history.py)",
     "ingest": "Ingest: POST runs of 3,600 samples vs a bare FastAPI app (bench/ingest.py)",
     "placement": "Placement: scoring 5,000 nodes x 50 pods, Cython vs reference (bench/placement.py)",
@@ -19,7 +20,7 @@ TITLES = {
     "ui": "Operator's page and GET /api/v1/jobs at 10,000 jobs (bench/ui.py)",
     "ui-sqlite": "Operator's page and GET /api/v1/jobs at 10,000 jobs on SQLite (bench/ui.py --sqlite)",
 }
-ORDER = ["core", "http", "history", "ingest", "placement", "backtest", "ui", "ui-sqlite"]
+ORDER = ["mixed", "core", "http", "history", "ingest", "placement", "backtest", "ui", "ui-sqlite"]
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:

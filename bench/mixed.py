@@ -1,0 +1,220 @@
+"""The build path as runners use it: each build finishes with a POST of its run and the next build
+of that job starts with a GET of its sizing, so half the requests are POSTs (120 CPU samples) that
+invalidate the job's answer and half are GETs that mostly miss the answer cache.
+
+A live ``ci-sizer serve`` (one worker, PostgreSQL, jobs loaded with history) against a bare FastAPI app
+on the same stack (bench/bare_app.py) that parses the same POST body into a pydantic model and
+answers GETs with bytes of the same size. Rounds alternate between the two, and each figure is the
+median of the rounds, because this machine is shared and noisy.
+
+Targets (issue 20): ratio >= 0.5 with p99 <= 50 ms at one worker and 32 connections.
+
+    python bench/mixed.py [--database-url postgresql://...] [--jobs 300] [--seconds 5] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# the repository root on the path, not bench/ (whose http.py would shadow the standard library's)
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import subprocess
+import tempfile
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from bench import _load
+from bench._util import ROOT, save, verdict
+from tests.live import LiveServer
+
+SAMPLES = 120
+
+# wrk picks a job at random for every request, and a POST of a new run of it or a GET of its sizing
+# at random (half each); a POST's body is the job's identity and a unique run id around a fixed run.
+SCRIPT = r"""
+local jobs = {}
+local prefix, suffix = nil, nil
+local counter = 0
+
+function init(args)
+  for line in io.lines(args[1]) do
+    local org, repo, workflow, job = line:match("^(%S+) (%S+) (%S+) (%S+)$")
+    jobs[#jobs + 1] = {org = org, repo = repo, workflow = workflow, job = job,
+      path = "/api/v1/sizing/" .. org .. "/" .. repo .. "/" .. workflow .. "/" .. job}
+  end
+  local f = io.open(args[2], "rb"); local body = f:read("*a"); f:close()
+  local at = string.find(body, "@JOB@", 1, true)
+  prefix = string.sub(body, 1, at - 1); suffix = string.sub(body, at + 5)
+  math.randomseed(tonumber(args[3]) or 1)
+  wrk.thread_tag = tostring(math.random(1, 1000000000))
+end
+
+function request()
+  local j = jobs[math.random(#jobs)]
+  if math.random() < 0.5 then
+    return wrk.format("GET", j.path)
+  end
+  counter = counter + 1
+  local identity = string.format(
+    '"org": "%s", "repo": "%s", "workflow": "%s", "job": "%s", "run_id": "mix-%s-%d"',
+    j.org, j.repo, j.workflow, j.job, wrk.thread_tag, counter)
+  return wrk.format("POST", "/api/v1/runs", {["Content-Type"] = "application/json"}, prefix .. identity .. suffix)
+end
+
+function done(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    "WRKJSON {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p99_us\": %d, \"errors\": %d, \"non_2xx\": %d}\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.timeout, e.status))
+end
+"""
+
+
+class BareApp(LiveServer):
+    def __init__(self, body_file: Path, log: Path) -> None:
+        super().__init__("", log=log, env={"BARE_SIZING_BODY_FILE": str(body_file)})
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(self.port)]
+
+
+def run_body(seed: int = 1) -> bytes:
+    """A finished run of one container with 120 CPU samples; ``@JOB@`` stands where the job's
+    identity and the run id go."""
+    rng = random.Random(seed)
+    samples = [round(max(0.0, rng.gauss(900.0, 300.0)), 3) for _ in range(SAMPLES)]
+    finished = datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    rest = json.dumps(
+        {
+            "finished_at": finished,
+            "containers": [{"name": "build", "cpu_samples_millicores": samples, "memory_peak_bytes": 1_500_000_000}],
+        }
+    )
+    return ("{@JOB@, " + rest[1:]).encode()
+
+
+def wrk(url: str, jobs_file: Path, body_file: Path, *, seconds: float, connections: int, seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp, "mixed.lua")
+        script.write_text(SCRIPT)
+        done = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
+             url, "--", str(jobs_file), str(body_file), str(seed)],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+    line = next(x for x in done.stdout.splitlines() if x.startswith("WRKJSON "))
+    raw = json.loads(line.removeprefix("WRKJSON "))
+    return {
+        "rps": raw["requests"] / (raw["duration_us"] / 1e6),
+        "p50_ms": raw["p50_us"] / 1000,
+        "p99_ms": raw["p99_us"] / 1000,
+        "errors": raw["errors"] + raw["non_2xx"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--database-url", help="a PostgreSQL server (a database ci_sizer_bench_mixed is made on it)")
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--runs-per-job", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=5)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed: apt-get install wrk")
+
+    server, owned = _load.server_url(args.database_url)
+    try:
+        url = _load.run(_load.fresh_database(server, "ci_sizer_bench_mixed"))
+        print(f"loading {args.jobs:,} jobs x {args.runs_per_job} runs ...", flush=True)
+        _load.run(_load.load(url, jobs=args.jobs, runs_per_job=args.runs_per_job))
+        with tempfile.TemporaryDirectory() as tmp_name:
+            tmp = Path(tmp_name)
+            jobs_file = tmp / "jobs.txt"
+            jobs_file.write_text("".join(" ".join(_load.job_key(i)) + "\n" for i in range(args.jobs)))
+            body_file = tmp / "run.json"
+            body_file.write_bytes(run_body())
+            figures = bench(url, jobs_file, body_file, tmp, args)
+    finally:
+        if owned is not None:
+            owned.close()
+    ours, bare = figures["ci-sizer"], figures["bare FastAPI"]
+    ratio = ours["rps"] / bare["rps"]
+    print()
+    print(f"{'':<16}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
+    for name, fig in (("bare FastAPI", bare), ("ci-sizer", ours)):
+        print(f"{name:<16}{fig['rps']:>10.0f}{fig['p50_ms']:>10.2f}{fig['p99_ms']:>10.2f}{fig['errors']:>8}")
+    ok = ratio >= 0.5 and ours["p99_ms"] <= 50
+    print(
+        f"ratio ci-sizer / bare: {ratio:.2f}; p99 {ours['p99_ms']:.2f} ms (target ratio >= 0.5, p99 <= 50 ms: {verdict(ok)})"
+    )
+    rows = [
+        {
+            "figure": (
+                f"mixed build path: half POST runs ({SAMPLES} samples), half GET sizing, {args.jobs} jobs, "
+                f"{args.connections} connections, {args.workers} worker(s), PostgreSQL"
+            ),
+            "ci_sizer_rps": round(ours["rps"]),
+            "bare_rps": round(bare["rps"]),
+            "ratio": round(ratio, 2),
+            "ci_sizer_p50_ms": round(ours["p50_ms"], 2),
+            "ci_sizer_p99_ms": round(ours["p99_ms"], 2),
+            "bare_p50_ms": round(bare["p50_ms"], 2),
+            "bare_p99_ms": round(bare["p99_ms"], 2),
+            "target": "ratio >= 0.5, p99 <= 50 ms",
+            "result": verdict(ok),
+        }
+    ]
+    save(args.results, "mixed", rows)
+
+
+def bench(
+    url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.Namespace
+) -> dict[str, dict[str, float]]:
+    flags = ("--log-level", "info", "--workers", str(args.workers))  # production defaults: access lines to a file
+    with LiveServer(url, *flags, log=tmp / "ci-sizer.log") as ours:
+        first = " ".join(_load.job_key(0)).split(" ")
+        answer = httpx.get(ours.url + "/api/v1/sizing/" + "/".join(first), timeout=10)
+        answer.raise_for_status()
+        (tmp / "answer.json").write_bytes(answer.content)
+        print(f"answer body: {len(answer.content)} bytes", flush=True)
+        with BareApp(tmp / "answer.json", tmp / "bare.log") as bare:
+            servers = {"bare FastAPI": bare.url, "ci-sizer": ours.url}
+            results: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+            for r in range(args.rounds):
+                for name, server_url in servers.items():
+                    fig = wrk(
+                        server_url, jobs_file, body_file, seconds=args.seconds, connections=args.connections, seed=r + 1
+                    )
+                    results[name].append(fig)
+                    print(
+                        f"  round {r + 1} {name:<14} {fig['rps']:>8.0f} req/s  p50 {fig['p50_ms']:.2f} ms  "
+                        f"p99 {fig['p99_ms']:.2f} ms  errors {fig['errors']}",
+                        flush=True,
+                    )
+    return {
+        name: {
+            "rps": statistics.median(f["rps"] for f in figs),
+            "p50_ms": statistics.median(f["p50_ms"] for f in figs),
+            "p99_ms": statistics.median(f["p99_ms"] for f in figs),
+            "errors": sum(f["errors"] for f in figs),
+        }
+        for name, figs in results.items()
+    }
+
+
+if __name__ == "__main__":
+    main()

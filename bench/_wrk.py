@@ -35,7 +35,10 @@ function request()
   return wrk.format("POST", path, {["Content-Type"] = "application/json"},
     prefix .. wrk.thread_tag .. "-" .. counter .. suffix)
 end
+"""
 
+#: appended to every script: the figures back on one line
+DONE = r"""
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
@@ -56,21 +59,39 @@ def run(
     """``wrk`` against ``url`` for ``seconds``; ``body`` (with ``@RUN@`` where a unique run id
     goes) makes the requests POSTs. Returns requests/s, p50/p99 in ms, errors."""
     with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "bench.lua")
-        script.write_text(SCRIPT)
         path_file = Path(tmp, "paths.txt")
         path_file.write_text("\n".join(paths) + "\n")
         body_file = ""
         if body is not None:
             Path(tmp, "body.json").write_bytes(body)
             body_file = str(Path(tmp, "body.json"))
+        return run_script(url, SCRIPT, [str(path_file), body_file, str(seed)], seconds=seconds, connections=connections)
+
+
+def run_script(url: str, script: str, args: list[str], *, seconds: float, connections: int) -> dict[str, Any]:
+    """``wrk`` with a Lua ``script`` (``DONE`` is appended) and its ``args``: requests/s, p50/p99
+    in ms, errors (non-2xx answers included)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp, "bench.lua")
+        path.write_text(script + DONE)
         done = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
-             url, "--", str(path_file), body_file, str(seed)],
+            [
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{seconds:g}s",
+                "--timeout",
+                "10s",
+                "-s",
+                str(path),
+                url,
+                "--",
+                *args,
+            ],
             capture_output=True,
             text=True,
             check=True,
-        )  # fmt: skip
+        )
     line = next(x for x in done.stdout.splitlines() if x.startswith("WRKJSON "))
     raw = json.loads(line.removeprefix("WRKJSON "))
     return {

@@ -23,6 +23,7 @@ import asyncio
 import statistics
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,12 +56,13 @@ async def warm(url: str, paths: list[str], concurrency: int = 32) -> None:
 
 
 def rounds(
-    servers: dict[str, str], paths: list[str], n: int, seconds: float, connections: int
+    servers: dict[str, str], n: int, measure: Callable[[str, int], dict[str, Any]]
 ) -> dict[str, dict[str, float]]:
+    """``measure(url, seed)`` on each server in turn, ``n`` rounds; the median of each figure."""
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
     for r in range(n):
         for name, url in servers.items():
-            fig = _wrk.run(url, paths, seconds=seconds, connections=connections, seed=r + 1)
+            fig = measure(url, r + 1)
             results[name].append(fig)
             print(
                 f"  round {r + 1} {name:<16} {fig['rps']:>8.0f} req/s  p50 {fig['p50_ms']:.2f} ms  p99 {fig['p99_ms']:.2f} ms  errors {fig['errors']}",
@@ -143,6 +145,9 @@ def main() -> None:
 
 
 def bench(url: str, paths: list[str], tmp: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    def measure(server: str, seed: int) -> dict[str, Any]:
+        return _wrk.run(server, paths, seconds=args.seconds, connections=args.connections, seed=seed)
+
     common = ("--log-level", "info")  # production defaults: one JSON access line per request (to a file here)
     with LiveServer(url, *common, log=tmp / "ci-sizer.log") as ours:
         answer = httpx.get(ours.url + paths[0], timeout=10)
@@ -152,11 +157,9 @@ def bench(url: str, paths: list[str], tmp: Path, args: argparse.Namespace) -> di
         asyncio.run(warm(ours.url, paths))
         with BareApp(tmp / "answer.json", tmp / "bare.log") as bare:
             assert httpx.get(bare.url + paths[1]).content == answer.content
-            figures = rounds(
-                {"bare FastAPI": bare.url, "ci-sizer": ours.url}, paths, args.rounds, args.seconds, args.connections
-            )
+            figures = rounds({"bare FastAPI": bare.url, "ci-sizer": ours.url}, args.rounds, measure)
     with LiveServer(url, *common, "--sizing-cache-entries", "0", log=tmp / "ci-sizer-nocache.log") as nocache:
-        figures.update(rounds({"ci-sizer, no cache": nocache.url}, paths, args.rounds, args.seconds, args.connections))
+        figures.update(rounds({"ci-sizer, no cache": nocache.url}, args.rounds, measure))
     return figures
 
 

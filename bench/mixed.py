@@ -23,17 +23,15 @@ sys.path[0] = str(Path(__file__).resolve().parent.parent)
 import argparse
 import json
 import random
-import shutil
-import statistics
-import subprocess
 import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 
-from bench import _load
-from bench._util import ROOT, save, verdict
+from bench import _load, _wrk
+from bench._util import save, verdict
+from bench.http import BareApp, rounds
 from tests.live import LiveServer
 
 SAMPLES = 120
@@ -69,23 +67,7 @@ function request()
     j.org, j.repo, j.workflow, j.job, wrk.thread_tag, counter)
   return wrk.format("POST", "/api/v1/runs", {["Content-Type"] = "application/json"}, prefix .. identity .. suffix)
 end
-
-function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    "WRKJSON {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p99_us\": %d, \"errors\": %d, \"non_2xx\": %d}\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
-    e.connect + e.read + e.write + e.timeout, e.status))
-end
 """
-
-
-class BareApp(LiveServer):
-    def __init__(self, body_file: Path, log: Path) -> None:
-        super().__init__("", log=log, env={"BARE_SIZING_BODY_FILE": str(body_file)})
-
-    def command(self) -> list[str]:
-        return [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(self.port)]
 
 
 def run_body(seed: int = 1) -> bytes:
@@ -103,25 +85,6 @@ def run_body(seed: int = 1) -> bytes:
     return ("{@JOB@, " + rest[1:]).encode()
 
 
-def wrk(url: str, jobs_file: Path, body_file: Path, *, seconds: float, connections: int, seed: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "mixed.lua")
-        script.write_text(SCRIPT)
-        done = subprocess.run(
-            ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--timeout", "10s", "-s", str(script),
-             url, "--", str(jobs_file), str(body_file), str(seed)],
-            capture_output=True, text=True, check=True,
-        )  # fmt: skip
-    line = next(x for x in done.stdout.splitlines() if x.startswith("WRKJSON "))
-    raw = json.loads(line.removeprefix("WRKJSON "))
-    return {
-        "rps": raw["requests"] / (raw["duration_us"] / 1e6),
-        "p50_ms": raw["p50_us"] / 1000,
-        "p99_ms": raw["p99_us"] / 1000,
-        "errors": raw["errors"] + raw["non_2xx"],
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="a PostgreSQL server (a database ci_sizer_bench_mixed is made on it)")
@@ -133,7 +96,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
     args = parser.parse_args()
-    if shutil.which("wrk") is None:
+    if not _wrk.available():
         sys.exit("wrk is not installed: apt-get install wrk")
 
     server, owned = _load.server_url(args.database_url)
@@ -184,36 +147,18 @@ def main() -> None:
 def bench(
     url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.Namespace
 ) -> dict[str, dict[str, float]]:
+    def measure(server: str, seed: int) -> dict[str, Any]:
+        script_args = [str(jobs_file), str(body_file), str(seed)]
+        return _wrk.run_script(server, SCRIPT, script_args, seconds=args.seconds, connections=args.connections)
+
     flags = ("--log-level", "info", "--workers", str(args.workers))  # production defaults: access lines to a file
     with LiveServer(url, *flags, log=tmp / "ci-sizer.log") as ours:
-        first = " ".join(_load.job_key(0)).split(" ")
-        answer = httpx.get(ours.url + "/api/v1/sizing/" + "/".join(first), timeout=10)
+        answer = httpx.get(ours.url + _load.sizing_path(0), timeout=10)
         answer.raise_for_status()
         (tmp / "answer.json").write_bytes(answer.content)
         print(f"answer body: {len(answer.content)} bytes", flush=True)
         with BareApp(tmp / "answer.json", tmp / "bare.log") as bare:
-            servers = {"bare FastAPI": bare.url, "ci-sizer": ours.url}
-            results: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
-            for r in range(args.rounds):
-                for name, server_url in servers.items():
-                    fig = wrk(
-                        server_url, jobs_file, body_file, seconds=args.seconds, connections=args.connections, seed=r + 1
-                    )
-                    results[name].append(fig)
-                    print(
-                        f"  round {r + 1} {name:<14} {fig['rps']:>8.0f} req/s  p50 {fig['p50_ms']:.2f} ms  "
-                        f"p99 {fig['p99_ms']:.2f} ms  errors {fig['errors']}",
-                        flush=True,
-                    )
-    return {
-        name: {
-            "rps": statistics.median(f["rps"] for f in figs),
-            "p50_ms": statistics.median(f["p50_ms"] for f in figs),
-            "p99_ms": statistics.median(f["p99_ms"] for f in figs),
-            "errors": sum(f["errors"] for f in figs),
-        }
-        for name, figs in results.items()
-    }
+            return rounds({"bare FastAPI": bare.url, "ci-sizer": ours.url}, args.rounds, measure)
 
 
 if __name__ == "__main__":

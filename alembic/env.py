@@ -10,10 +10,11 @@ import asyncio
 
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
+from sqlmodel import SQLModel
 
+import service.tables  # noqa: F401  (defines the tables on SQLModel.metadata)
 from alembic import context
 from service.db import build_engine
-from service.models import SQLModel
 from service.settings import get_settings, normalize_database_url
 
 config = context.config

@@ -23,8 +23,8 @@ from array import array
 
 from bench._util import interleaved, save, verdict
 from service.core import _reference
-from service.models import PlacementAdvise, PlacementNode, PlacementPod
-from service.services import placement
+from service.placement import service as placement
+from service.placement.schemas import PlacementAdvise, PlacementNode, PlacementPod
 
 try:
     from service.core import _sizing

@@ -67,10 +67,10 @@ async def summarise_all(url: str) -> float:
     from sqlalchemy import select
 
     from service.db import build_engine
-    from service.models import Job
-    from service.services import jobs as jobs_service
-    from service.services.overrides import ScopeKey
-    from service.services.sizing import Policy
+    from service.jobs import service as jobs_service
+    from service.keys import ScopeKey
+    from service.sizing.service import Policy
+    from service.tables import Job
 
     engine = build_engine(
         url.replace("postgresql://", "postgresql+asyncpg://", 1) if url.startswith("postgresql://") else url

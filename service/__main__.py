@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from . import __version__
+from service import __version__
 
 T = TypeVar("T")
 
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 def settings_from(args: argparse.Namespace) -> Any:
     from pydantic import ValidationError
 
-    from .settings import Settings
+    from service.settings import Settings
 
     given = {field: getattr(args, field) for field in _FLAGS if getattr(args, field, None) is not None}
     try:
@@ -263,11 +263,11 @@ def _serve(args: argparse.Namespace) -> None:
 def _serve_with(settings: Any) -> None:
     import uvicorn
 
-    from .auth import TokensFileError, load_tokens
-    from .main import ExposureError, check_exposure, create_app, redacted
+    from service.auth import TokensFileError, load_tokens
+    from service.main import ExposureError, check_exposure, create_app, redacted
 
     _configure_logging(settings.log_level)
-    from .services.ceilings import CeilingsFileError, load
+    from service.sizing.ceilings import CeilingsFileError, load
 
     try:
         check_exposure(settings, load_tokens(settings.tokens_file))
@@ -319,7 +319,7 @@ def _prepare_multiprocess(settings: Any) -> str:
 
 
 def _migrate(database_url: str, revision: str, shown_url: str) -> None:
-    from . import migrations
+    from service import migrations
 
     log = logging.getLogger("ci_sizer")
     log.info("applying migrations to %s (target %s)", shown_url, revision)
@@ -338,7 +338,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _token_create(args: argparse.Namespace) -> None:
-    from .auth import new_secret, token_line
+    from service.auth import new_secret, token_line
 
     secret = new_secret()
     roles = list(dict.fromkeys(args.role))
@@ -348,8 +348,8 @@ def _token_create(args: argparse.Namespace) -> None:
 
 
 def _openapi(args: argparse.Namespace) -> None:
-    from .main import create_app
-    from .settings import Settings
+    from service.main import create_app
+    from service.settings import Settings
 
     doc = json.dumps(create_app(Settings()).openapi(), indent=2, sort_keys=True) + "\n"
     if args.output:
@@ -359,7 +359,7 @@ def _openapi(args: argparse.Namespace) -> None:
 
 
 def _configure_logging(level: str) -> None:
-    from .observability import logs
+    from service.observability import logs
 
     logs.configure(level)
 
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "migrate":
             settings = settings_from(args)
             _configure_logging(settings.log_level)
-            from .main import redacted
+            from service.main import redacted
 
             _migrate(settings.database_url, args.revision, redacted(settings.database_url))
         elif args.command == "token" and args.token_command == "create":
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _collect(args: argparse.Namespace) -> int:
-    from . import collector
+    from service import collector
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -450,7 +450,7 @@ def _validated(model: Any, raw: Any, what: str, *, pointer: bool = False) -> Any
     """``model`` from ``raw``, or a CliError listing each bad field (as a JSON pointer with ``pointer``)."""
     from pydantic import ValidationError
 
-    from .errors import validation_errors
+    from service.errors import validation_errors
 
     try:
         return model.model_validate(raw)
@@ -467,9 +467,9 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
     policy the settings configure (the reads of stage, simulate and backtest)."""
     import asyncio
 
-    from .db import build_engine
-    from .services import ceilings
-    from .services import sizing as sizing_service
+    from service.db import build_engine
+    from service.sizing import ceilings
+    from service.sizing import service as sizing_service
 
     settings = settings_from(args)
     try:
@@ -477,8 +477,8 @@ def _read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awa
     except ceilings.CeilingsFileError as exc:
         raise CliError(str(exc)) from None
 
-    from .db import DB_FAULTS
-    from .main import redacted
+    from service.db import DB_FAULTS
+    from service.main import redacted
 
     shown = redacted(settings.database_url)
     faults: tuple[type[Exception], ...] = (*DB_FAULTS, OSError)
@@ -504,7 +504,7 @@ async def _ensure_migrated(conn: Any, shown_url: str) -> None:
     from alembic.runtime.migration import MigrationContext
     from alembic.script import ScriptDirectory
 
-    from .migrations import alembic_config
+    from service.migrations import alembic_config
 
     current = await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_revision())
     heads = ScriptDirectory.from_config(alembic_config("")).get_heads()  # only the scripts are read
@@ -527,7 +527,7 @@ def _stage_body(args: argparse.Namespace) -> Any:
     """The validated stage file, with the flags' options switched on."""
     import yaml
 
-    from .models import StageCompute
+    from service.stages.schemas import StageCompute
 
     name = str(args.file)
     try:
@@ -551,9 +551,9 @@ def _stage_body(args: argparse.Namespace) -> Any:
 
 
 def _stage(args: argparse.Namespace) -> int:
-    from .errors import ServiceError
-    from .services import sizing as sizing_service
-    from .services import stages
+    from service.errors import ServiceError
+    from service.sizing import service as sizing_service
+    from service.stages import service as stages
 
     body = _stage_body(args)
     try:
@@ -596,7 +596,7 @@ class Progress:
 
 
 def _simulation_body(args: argparse.Namespace) -> Any:
-    from .models import SimulationCreate
+    from service.simulations.schemas import SimulationCreate
 
     shapes = []
     for text in args.shape or ["m5.2xlarge=8,32Gi,0.384"]:
@@ -648,8 +648,8 @@ def _simulation_body(args: argparse.Namespace) -> Any:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from .api.simulations import ballast_of, pool_of
-    from .services import simulate
+    from service.simulations.router import ballast_of, pool_of
+    from service.simulations import engine as simulate
 
     body = _simulation_body(args)
     pool = pool_of(body)
@@ -683,7 +683,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _backtest_body(args: argparse.Namespace) -> Any:
-    from .models import BacktestCreate
+    from service.backtests.schemas import BacktestCreate
 
     def listed(text: str, as_int: bool) -> list[Any]:
         parts = [p.strip() for p in text.split(",") if p.strip()]
@@ -705,8 +705,8 @@ def _backtest_body(args: argparse.Namespace) -> Any:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from .api.simulations import param_sets
-    from .services import backtest
+    from service.simulations.router import param_sets
+    from service.backtests import service as backtest
 
     body = _backtest_body(args)
     started = time.perf_counter()

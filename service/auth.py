@@ -25,8 +25,8 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import Forbidden, Unauthorized
-from .settings import read_config_file
+from service.errors import Forbidden, Unauthorized
+from service.settings import read_config_file
 
 Role = Literal["ingest", "read", "admin"]
 ROLES: tuple[Role, ...] = ("ingest", "read", "admin")

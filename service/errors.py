@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from .observability.metrics import DATABASE_ERRORS, RUNS_INGESTED
+from service.observability.metrics import DATABASE_ERRORS, RUNS_INGESTED
 
 PROBLEM_JSON = "application/problem+json"
 log = logging.getLogger("ci_sizer.errors")
@@ -256,7 +256,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, on_service_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(StarletteHTTPException, on_http_error)
-    from .db import DB_FAULTS
+    from service.db import DB_FAULTS
 
     for fault in DB_FAULTS:
         app.add_exception_handler(fault, on_database_error)

@@ -16,26 +16,27 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import __version__, core
-from .api import api_router
-from .api.fastpath import CachedSizing
-from .api.health import check_database
-from .api.paths import RawPathSegments
-from .auth import TokenStore, load_tokens
-from .db import build_engine, build_sessionmaker
-from .errors import PayloadTooLarge, install_error_handlers, problem_response
-from .observability.fleet import FleetTracker, flush_and_refresh
-from .observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
-from .observability.middleware import Observability
-from .services import analyses, bodies, ceilings
-from .services.cache import AnswerCache
-from .services.changes import ChangeFeed
-from .services.jobs import SummaryRefresher
-from .services.retention import Pruner
-from .services.runs import JobIds
-from .services.sizing import Policy
-from .settings import Settings, get_settings, is_loopback
-from .ui.routes import router as ui_router
+from service import __version__, analyses, core
+from service.auth import TokenStore, load_tokens
+from service.cache import AnswerCache
+from service.changes import ChangeFeed
+from service.db import build_engine, build_sessionmaker
+from service.errors import PayloadTooLarge, install_error_handlers, problem_response
+from service.health import check_database
+from service.jobs.service import SummaryRefresher
+from service.observability.fleet import FleetTracker, flush_and_refresh
+from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
+from service.observability.middleware import Observability
+from service.paths import RawPathSegments
+from service.routers import api_router
+from service.runs import bodies
+from service.runs.retention import Pruner
+from service.runs.service import JobIds
+from service.settings import Settings, get_settings, is_loopback
+from service.sizing import ceilings
+from service.sizing.fastpath import CachedSizing
+from service.sizing.service import Policy
+from service.ui.routes import router as ui_router
 
 log = logging.getLogger("ci_sizer")
 
@@ -255,7 +256,7 @@ async def _periodic(every: float, job: Callable[[], Awaitable[object]], *, at_st
 
 def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` (several workers): settings from ``CI_SIZER_*``."""
-    from .observability import logs
+    from service.observability import logs
 
     settings = Settings()
     logs.configure(settings.log_level)

@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .quantity import QuantityError, parse_memory_bytes
+from service.quantity import QuantityError, parse_memory_bytes
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./ci-sizer.db"
 

@@ -12,9 +12,9 @@ import httpx
 import pytest
 
 from service.__main__ import main
-from service.models import Override
-from service.services import backtest
-from service.services.overrides import ScopeKey
+from service.backtests import service as backtest
+from service.keys import ScopeKey
+from service.tables import Override
 
 from .helpers import GIB, JOB, MIB, container, poll, post_runs, sqlite_with
 

@@ -13,9 +13,9 @@ import orjson
 import pytest
 from sqlalchemy.engine import make_url
 
-from service.services.cache import AnswerCache, CacheKey, Entry
-from service.services.changes import CHANNEL
-from service.services.overrides import ScopeKey
+from service.cache import AnswerCache, CacheKey, Entry
+from service.changes import CHANNEL
+from service.keys import ScopeKey
 
 from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
 
@@ -248,7 +248,7 @@ async def _is(value: bool) -> bool:
 
 def test_job_key_matches_helpers() -> None:
     # the payload of a notification is the job key; the helpers' job must round-trip through it
-    from service.services import changes
+    from service import changes
 
     cache = AnswerCache(10)
     key = ScopeKey(JOB["org"], JOB["repo"], JOB["workflow"], JOB["job"])

@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from service.models import utcnow
-from service.services.sizing import Policy
+from service.sizing.service import Policy
+from service.wire import utcnow
 
 from .helpers import GIB, MIB, container, sizing
 from .test_auth import SECRETS, write_tokens
@@ -249,7 +249,7 @@ async def _sweeps(client: httpx.AsyncClient) -> None:
 
     from sqlalchemy import update
 
-    from service.models import JobSummary
+    from service.tables import JobSummary
 
     app = client.app  # type: ignore[attr-defined]
     await post(client, *(recent_run(n, job("a")) for n in range(1, 4)))

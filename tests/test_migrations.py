@@ -10,10 +10,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect
 from sqlalchemy.engine import make_url
+from sqlmodel import SQLModel
 
 from service import migrations
 from service.db import build_engine
-from service.models import SQLModel
 
 from .conftest import _admin
 from .pg import PostgresServer

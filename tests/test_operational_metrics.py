@@ -15,14 +15,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
+from service import analyses
+from service.cache import AnswerCache
+from service.changes import CHANNEL
 from service.db import build_engine, build_sessionmaker
+from service.keys import ScopeKey
 from service.main import create_app
 from service.observability import metrics
-from service.services import analyses
-from service.services.cache import AnswerCache
-from service.services.changes import CHANNEL
-from service.services.overrides import ScopeKey
-from service.services.retention import Pruner
+from service.runs.retention import Pruner
 from service.settings import Settings
 
 from .helpers import run
@@ -96,7 +96,7 @@ async def test_database_not_ready_is_exported() -> None:
 
 
 async def test_the_readiness_gauge_follows_the_database_without_a_probe(db_url: str) -> None:
-    from service.api.health import check_database
+    from service.health import check_database
 
     good, bad = build_engine(db_url), build_engine(UNREACHABLE)
     try:

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service.backtests import service as backtest
 from service.db import build_engine
+from service.keys import ScopeKey
 from service.main import create_app
-from service.services import backtest
-from service.services.overrides import ScopeKey
 from service.settings import Settings
 
 from .helpers import GIB, MIB, container, run, sizing_path

@@ -14,10 +14,11 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from service.ballast import service as ballast
+from service.simulations.engine import Ballast, Build, Pool, Scenario, Shape
 
 from service.__main__ import main
-from service.services import ballast, simulate
-from service.services.simulate import Ballast, Build, Pool, Scenario, Shape
+from service.simulations import engine as simulate
 
 from .helpers import GIB, JOB, MIB, container, poll, post_runs
 

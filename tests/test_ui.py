@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from service.plots import line_panels
-from service.services import formats
+from service.sizing import formats
 
 from .helpers import GIB, MIB, container, run, sizing
 from .test_auth import SECRETS, write_tokens

@@ -23,8 +23,8 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from service.models import utcnow
-from service.services.formats import RENDERERS
+from service.sizing.formats import RENDERERS
+from service.wire import utcnow
 
 from .conftest import _clean
 from .helpers import GIB, MIB

@@ -15,8 +15,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
-from ..models import Job, Override, utcnow
-from .metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY, OVERRIDES
+from service.observability.metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY, OVERRIDES
+from service.tables import Job, Override
+from service.wire import utcnow
 
 log = logging.getLogger("ci_sizer.fleet")
 
@@ -64,7 +65,7 @@ class FleetTracker:
 
 async def refresh_gauges(session: AsyncSession) -> None:
     """Set the gauges read from the database: overrides per scope and the fleet totals."""
-    from ..services.overrides import SCOPES
+    from service.keys import SCOPES
 
     counts = dict(
         (await session.execute(select(col(Override.scope), func.count()).group_by(col(Override.scope)))).all()

@@ -30,7 +30,7 @@ from prometheus_client import multiprocess as _multiprocess
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from .. import __version__
+from service import __version__
 
 _LATENCY_BUCKETS = (
     0.001,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .metrics import HTTP_DURATION, HTTP_REQUESTS
+from service.observability.metrics import HTTP_DURATION, HTTP_REQUESTS
 
 access_log = logging.getLogger("ci_sizer.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")

@@ -18,18 +18,21 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..auth import Principal, ReadPrincipal
-from ..errors import NotFound
-from ..models import NAME_MAX, to_rfc3339
-from ..plots import line_panels
-from ..quantity import format_cpu, format_memory
-from ..services import analyses, formats, simulate
-from ..services import backtest as backtest_service
-from ..services import jobs as jobs_service
-from ..services import overrides as overrides_service
-from ..services import sizing as sizing_service
-from ..services.jobs import Sort
-from ..services.overrides import FIELDS, SCOPES, ListFilter, ScopeKey
+from service import analyses
+from service.auth import Principal, ReadPrincipal
+from service.backtests import service as backtest_service
+from service.errors import NotFound
+from service.jobs import service as jobs_service
+from service.jobs.service import Sort
+from service.keys import SCOPES, ScopeKey
+from service.overrides import service as overrides_service
+from service.overrides.service import FIELDS, ListFilter
+from service.plots import line_panels
+from service.quantity import format_cpu, format_memory
+from service.simulations import engine as simulate
+from service.sizing import formats
+from service.sizing import service as sizing_service
+from service.wire import NAME_MAX, to_rfc3339
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

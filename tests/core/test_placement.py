@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.models import PlacementAdvise
-from service.services import placement
+from service.placement import service as placement
+from service.placement.schemas import PlacementAdvise
 
 from .conftest import PURE, compiled
 

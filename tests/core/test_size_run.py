@@ -18,9 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.services import sizing as sizing_service
-from service.services.overrides import FIELDS, ScopeKey
-from service.services.runs import is_oom_suspect
+from service.keys import ScopeKey
+from service.overrides.service import FIELDS
+from service.runs.service import is_oom_suspect
+from service.sizing import service as sizing_service
 
 from .conftest import PURE, compiled
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.models import StageCompute
-from service.services import stages
+from service.stages import service as stages
+from service.stages.schemas import StageCompute
 
 from ..stage_vectors import VECTORS
 from .conftest import PURE, compiled

@@ -1,0 +1,223 @@
+"""Background analyses (fleet simulations, backtests): created by a POST, run in the process that
+received it, polled by id from any process. The row holds the status, the progress (written about
+once a second) and the result; a running analysis whose row has not moved for ``STALE_SECONDS``
+lost its process and reads as failed.
+
+They must not starve the build path (sizing, ingest) of the same process. ``Limits`` admits at
+most ``MAX_RUNNING`` at once, counted atomically (the check and the count happen with no ``await``
+between them, so concurrent POSTs cannot all pass the check before any is counted); their reads
+take at most ``DB_SHARE`` pooled connections at a time; and their CPU-heavy part runs in one
+worker thread at a lowered OS priority, one analysis after the other, so at most one thread
+competes with the event loop for the interpreter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from service.auth import Principal
+from service.errors import Forbidden, NotFound
+from service.observability.metrics import ANALYSES, ANALYSES_RUNNING
+from service.tables import Analysis
+from service.wire import to_rfc3339, utcnow
+
+log = logging.getLogger("ci_sizer.analyses")
+STALE_SECONDS = 60
+HEARTBEAT_SECONDS = 1.0
+#: analyses one process admits at once; more are refused with 429 rather than queued without bound
+MAX_RUNNING = 4
+#: pooled connections the analyses' reads may hold at once
+DB_SHARE = 2
+#: how much lower than the server's the worker thread's scheduling priority is (nice)
+NICENESS = 10
+
+
+def _lower_priority() -> None:
+    """In the worker thread: lower this thread's priority (on Linux a thread has its own nice value)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), os.getpriority(os.PRIO_PROCESS, 0) + NICENESS)
+
+
+class Limits:
+    """What the analyses of one app may use; built in the app's lifespan, closed at its end."""
+
+    def __init__(self, max_running: int = MAX_RUNNING, db_share: int = DB_SHARE) -> None:
+        self.max_running = max_running
+        self.running = 0
+        self.reads = asyncio.Semaphore(db_share)
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="ci-sizer-analysis", initializer=_lower_priority
+        )
+
+    def try_acquire(self) -> bool:
+        """Count one more analysis if there is room. Synchronous: atomic on the event loop."""
+        if self.running >= self.max_running:
+            return False
+        self.running += 1
+        return True
+
+    def release(self) -> None:
+        self.running -= 1
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Cancelled(Exception):
+    """Raised inside the work's thread when its analysis was cancelled (the service shuts down)."""
+
+
+Work = Callable[[Callable[[float], None]], dict[str, Any]]
+#: reads what the work needs (database reads are async), then returns the work to run in a thread
+Prepare = Callable[[], Awaitable[Work]]
+
+
+async def create(*, engine: AsyncEngine, kind: str, request: dict[str, Any], created_by: str) -> str:
+    analysis_id = str(uuid.uuid4())
+    async with engine.begin() as conn:
+        await conn.execute(
+            Analysis.__table__.insert().values(  # type: ignore[attr-defined]
+                id=analysis_id,
+                kind=kind,
+                status="queued",
+                progress=0.0,
+                request=json.dumps(request),
+                created_by=created_by,
+                created_at=utcnow(),
+                updated_at=utcnow(),
+            )
+        )
+    return analysis_id
+
+
+async def _set(engine: AsyncEngine, analysis_id: str, **values: Any) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(
+            update(Analysis).where(Analysis.id == analysis_id).values(updated_at=utcnow(), **values)  # type: ignore[arg-type]
+        )
+
+
+async def run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, kind: str, limits: Limits) -> None:
+    """``prepare()`` (within the analyses' share of the pool), then its work in the analyses'
+    thread, heartbeating the progress; store the result or the error."""
+    running = ANALYSES_RUNNING.labels(kind=kind)
+    running.inc()
+    try:
+        result = await _run(engine=engine, analysis_id=analysis_id, prepare=prepare, limits=limits)
+    except asyncio.CancelledError:
+        ANALYSES.labels(kind=kind, result="interrupted").inc()
+        raise
+    except Exception:  # its row could not even be written
+        ANALYSES.labels(kind=kind, result="failed").inc()
+        raise
+    finally:
+        running.dec()
+    ANALYSES.labels(kind=kind, result=result).inc()
+
+
+async def _run(*, engine: AsyncEngine, analysis_id: str, prepare: Prepare, limits: Limits) -> str:
+    """``run`` without the metrics: ``done`` or ``failed`` (an interruption raises ``CancelledError``)."""
+    latest = [0.0]
+    done = threading.Event()
+
+    def progress(fraction: float) -> None:
+        if done.is_set():  # cancelled: stop the thread at its next report
+            raise Cancelled
+        latest[0] = fraction
+
+    async def heartbeat() -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+            with contextlib.suppress(Exception):
+                await _set(engine, analysis_id, progress=round(latest[0], 4))
+
+    await _set(engine, analysis_id, status="running")
+    beat = asyncio.create_task(heartbeat())
+    try:
+        try:
+            async with limits.reads:
+                work = await prepare()
+            result = await asyncio.get_running_loop().run_in_executor(limits.executor, work, progress)
+        finally:
+            # the thread stops at its next report, and no heartbeat lands after the final status
+            done.set()
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _set(engine, analysis_id, status="failed", error="interrupted: the service shut down")
+        raise
+    except Exception as exc:
+        log.exception("analysis %s failed", analysis_id)
+        await _set(engine, analysis_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+        return "failed"
+    await _set(engine, analysis_id, status="done", progress=1.0, result=json.dumps(result))
+    return "done"
+
+
+def start(
+    tasks: set[asyncio.Task[None]],
+    *,
+    engine: AsyncEngine,
+    analysis_id: str,
+    prepare: Prepare,
+    kind: str,
+    limits: Limits,
+) -> None:
+    """Start ``run`` as a task kept in ``tasks`` (the app's, cancelled at shutdown); the slot the
+    caller took from ``limits`` is given back when the task ends, however it ends."""
+    task = asyncio.create_task(run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind=kind, limits=limits))
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+    task.add_done_callback(lambda _task: limits.release())
+
+
+async def get(*, conn: AsyncConnection, analysis_id: str, kind: str) -> dict[str, Any] | None:
+    row = (
+        await conn.execute(select(Analysis).where(Analysis.id == analysis_id, Analysis.kind == kind))  # type: ignore[arg-type]
+    ).first()
+    if row is None:
+        return None
+    status, error = row.status, row.error
+    if status in ("queued", "running") and utcnow() - row.updated_at > timedelta(seconds=STALE_SECONDS):
+        status, error = "failed", f"interrupted: no progress for {STALE_SECONDS} s (its process stopped)"
+    return {
+        "id": row.id,
+        "kind": row.kind,
+        "status": status,
+        "progress": row.progress,
+        "created_at": to_rfc3339(row.created_at),
+        "updated_at": to_rfc3339(row.updated_at),
+        "created_by": row.created_by,
+        "request": json.loads(row.request),
+        "result": None if row.result is None else json.loads(row.result),
+        "error": error,
+    }
+
+
+async def get_readable(*, conn: AsyncConnection, analysis_id: str, kind: str, principal: Principal) -> dict[str, Any]:
+    """The analysis, if ``principal`` may read it: its org's, or, for a backtest of every org, a
+    token bound to no org (``NotFound``, ``Forbidden`` otherwise). The API and the page both ask here."""
+    found = await get(conn=conn, analysis_id=analysis_id, kind=kind)
+    if found is None:
+        raise NotFound(f"no {kind} {analysis_id!r}")
+    req = found["request"]
+    org = req["history"]["org"] if req.get("history") else req.get("org")
+    if org is not None:
+        principal.ensure_org(org)
+    elif kind == "backtest" and principal.orgs is not None:
+        raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
+    return found

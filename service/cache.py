@@ -1,0 +1,143 @@
+"""Sizing answers kept in process, rendered once, and invalidated when what they were computed
+from changes.
+
+One structure serves two purposes:
+
+- *fresh* answers: a hit is served without touching the database. An answer stops being fresh
+  when a run of its job is committed or pruned, when any override is written, when an override it
+  applied expires, or (only where no change feed reaches every worker) after a short TTL;
+- *last served* answers: when the database fails, the build still gets what the job got last
+  time (``degraded``), fresh or not.
+
+Correct under concurrency: a computation takes a ``Ticket`` before it reads the database and may
+only store a fresh answer if nothing invalidated its job (or everything) in the meantime, so an
+answer read from a snapshot older than a change is never kept as fresh.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from service.keys import ScopeKey
+
+
+@dataclass(frozen=True, slots=True)
+class CacheKey:
+    runs: int
+    buffer: int
+    cpu_percentile: str
+
+
+@dataclass(slots=True)
+class Entry:
+    body: bytes  #: the rendered JSON answer
+    phase: str
+    override_scope: str
+    #: wall-clock seconds after which the entry is no longer fresh (``inf``: until invalidated)
+    fresh_until: float
+    epoch: int = 0  #: the cache's global epoch when computed (set by ``put``)
+    version: int = 0  #: the job slot's version when computed (set by ``put``)
+
+
+@dataclass(slots=True)
+class _Slot:
+    version: int = 0
+    entries: dict[CacheKey, Entry] = field(default_factory=dict)
+    last: Entry | None = None  #: the entry served most recently, whatever its parameters
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    slot: _Slot
+    version: int
+    epoch: int
+
+
+class AnswerCache:
+    """Bounded by job: the least recently served job is evicted first."""
+
+    def __init__(self, capacity: int, *, ttl_seconds: float | None = None) -> None:
+        self.capacity = capacity
+        #: a bound on freshness when other workers' writes cannot be heard (None: no bound)
+        self.ttl_seconds = ttl_seconds
+        #: False while writes elsewhere may go unheard (the change feed is down): nothing is fresh
+        self.trusted = True
+        #: names this cache in change notifications (see ``changes``)
+        self.origin = uuid.uuid4().hex
+        self._epoch = 0
+        self._slots: OrderedDict[ScopeKey, _Slot] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    # ------------------------------------------------------------------ reading
+
+    def fresh(self, key: ScopeKey, params: CacheKey) -> Entry | None:
+        """The answer for ``key`` with ``params`` if it is still fresh."""
+        slot = self._slots.get(key)
+        if slot is None or not self.trusted:
+            return None
+        entry = slot.entries.get(params)
+        if entry is None or entry.epoch != self._epoch or entry.version != slot.version:
+            return None
+        if entry.fresh_until < time.time():
+            return None
+        self._slots.move_to_end(key)
+        slot.last = entry
+        return entry
+
+    def last_served(self, key: ScopeKey, params: CacheKey) -> Entry | None:
+        """For degraded answers: the entry for these parameters, else the job's last one, fresh or not."""
+        slot = self._slots.get(key)
+        if slot is None:
+            return None
+        return slot.entries.get(params) or slot.last
+
+    # ------------------------------------------------------------------ writing
+
+    def ticket(self, key: ScopeKey) -> Ticket:
+        """Taken before reading the database for ``key``."""
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = _Slot()
+            self._evict()
+        return Ticket(slot=slot, version=slot.version, epoch=self._epoch)
+
+    def put(self, key: ScopeKey, params: CacheKey, ticket: Ticket, entry: Entry) -> None:
+        """Store an answer computed under ``ticket``; it counts as fresh only if nothing was
+        invalidated since the ticket was taken (else it is kept for degraded mode only)."""
+        if self.capacity <= 0:
+            return
+        unchanged = (
+            self.trusted
+            and self._slots.get(key) is ticket.slot
+            and ticket.version == ticket.slot.version
+            and ticket.epoch == self._epoch
+        )
+        entry.epoch = self._epoch
+        entry.version = ticket.version if unchanged else -1
+        if self.ttl_seconds is not None:
+            entry.fresh_until = min(entry.fresh_until, time.time() + self.ttl_seconds)
+        slot = self._slots.get(key)
+        if slot is None:
+            slot = self._slots[key] = _Slot()
+        slot.entries[params] = entry
+        slot.last = entry
+        self._slots.move_to_end(key)
+        self._evict()
+
+    def invalidate(self, key: ScopeKey) -> None:
+        """What ``key``'s answers were computed from has changed."""
+        slot = self._slots.get(key)
+        if slot is not None:
+            slot.version += 1
+
+    def invalidate_all(self) -> None:
+        self._epoch += 1
+
+    def _evict(self) -> None:
+        while len(self._slots) > max(self.capacity, 0):
+            self._slots.popitem(last=False)

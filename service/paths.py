@@ -1,0 +1,91 @@
+"""Rule O6: percent-encoded path segments, where ``%2F`` is a ``/`` inside one segment.
+
+ASGI servers hand the app a percent-decoded ``path``, in which ``a%2Fb`` has already become two
+segments. This pure-ASGI middleware rebuilds ``path`` from ``raw_path`` for the API so that each
+segment is decoded except for ``/`` and ``%``, which stay escaped (``%2F``, ``%25``); routes then
+match one segment per name and ``segment()`` finishes the decoding.
+
+Percent-escapes that are not UTF-8 (``%FF``) are decoded with ``surrogateescape``: the lone
+surrogates they become make ``segment()`` answer 422 naming the segment, where the server's own
+decoding would have stored U+FFFD in their place.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import unquote
+
+from fastapi import Depends, Path
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.errors import InvalidInput
+from service.keys import ScopeKey
+from service.wire import NAME_MAX, name_problem
+
+API_PREFIX = "/api/"
+
+
+def _keep_slash(segment: str) -> str:
+    return unquote(segment, errors="surrogateescape").replace("%", "%25").replace("/", "%2F")
+
+
+class RawPathSegments:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = scope.get("raw_path")
+            path: str = scope["path"]
+            if raw and path.startswith(API_PREFIX) and b"%" in raw:
+                raw_str = raw.decode("latin-1").split("?", 1)[0]
+                scope = dict(scope, path="/".join(_keep_slash(s) for s in raw_str.split("/")))
+        await self.app(scope, receive, send)
+
+
+def segment(value: str, name: str) -> str:
+    """Finish decoding one path segment (``%2F`` -> ``/``, ``%25`` -> ``%``) and check it (rule I3)."""
+    decoded = unquote(value, errors="surrogateescape")
+    problem = None
+    if not decoded or len(decoded) > NAME_MAX:
+        problem = f"must be 1 to {NAME_MAX} characters once decoded"
+    else:
+        problem = name_problem(decoded)
+    if problem is not None:
+        raise InvalidInput(
+            f"path segment {name!r} {problem}",
+            errors=[{"field": f"path/{name}", "message": problem}],
+        )
+    return decoded
+
+
+Org = Annotated[str, Path(description="percent-encoded; %2F stands for a '/' inside the name")]
+Repo = Org
+Workflow = Org
+JobName = Org
+
+
+async def org_key(org: Org) -> ScopeKey:
+    return ScopeKey(segment(org, "org"))
+
+
+async def repo_key(org: Org, repo: Repo) -> ScopeKey:
+    return ScopeKey(segment(org, "org"), segment(repo, "repo"))
+
+
+async def workflow_key(org: Org, repo: Repo, workflow: Workflow) -> ScopeKey:
+    return ScopeKey(segment(org, "org"), segment(repo, "repo"), segment(workflow, "workflow"))
+
+
+async def job_key(org: Org, repo: Repo, workflow: Workflow, job: JobName) -> ScopeKey:
+    return ScopeKey(
+        segment(org, "org"),
+        segment(repo, "repo"),
+        segment(workflow, "workflow"),
+        segment(job, "job"),
+    )
+
+
+# the key dependencies are ``async def``: FastAPI would run plain functions in a thread pool, a
+# thread hop per request for a few string operations
+JobKeyDep = Annotated[ScopeKey, Depends(job_key)]

@@ -1,0 +1,112 @@
+"""Retention: keep at most N newest runs per job (rule S3 order), pruned off the ingest path.
+
+Ingest only notes which jobs got a new run; a background task prunes those jobs every few
+seconds, so storage stays bounded however long the service runs and ingest never waits for it.
+The notes live in memory, so a process that starts (after a crash, a deploy, or a pass that never
+ran) first finds every job holding more than N runs from the database and notes it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from service import changes
+from service.cache import AnswerCache
+from service.keys import ScopeKey
+from service.observability.metrics import DATABASE_ERRORS, RETENTION_BACKLOG, RETENTION_PRUNED
+from service.tables import Job, Run
+
+log = logging.getLogger("ci_sizer.retention")
+#: Runs deleted per statement and transaction: a bounded transaction (SQLite's write lock is held
+#: briefly) and a fixed number of parameters, never a list of ids (asyncpg takes at most 32,767).
+BATCH = 5000
+
+_runs = Run.__table__  # type: ignore[attr-defined]
+_jobs = Job.__table__  # type: ignore[attr-defined]
+
+
+async def prune_job(*, session: AsyncSession, job_id: int, keep: int, limit: int = BATCH) -> int:
+    """Delete up to ``limit`` runs of one job beyond its ``keep`` newest; returns how many went."""
+    doomed = (
+        select(_runs.c.id)
+        .where(_runs.c.job_id == job_id)
+        .order_by(_runs.c.finished_at.desc(), _runs.c.id.desc())
+        .offset(keep)
+        .limit(limit)
+    )
+    result = await session.execute(delete(_runs).where(_runs.c.id.in_(doomed)))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def over_limit(*, session: AsyncSession, keep: int) -> dict[int, ScopeKey]:
+    """Every job that holds more than ``keep`` runs."""
+    counts = select(_runs.c.job_id).group_by(_runs.c.job_id).having(func.count() > keep).subquery()
+    rows = await session.execute(
+        select(_jobs.c.id, _jobs.c.org, _jobs.c.repo, _jobs.c.workflow, _jobs.c.job).join(
+            counts, counts.c.job_id == _jobs.c.id
+        )
+    )
+    return {row.id: ScopeKey(row.org, row.repo, row.workflow, row.job) for row in rows}
+
+
+class Pruner:
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.pending: dict[int, ScopeKey] = {}
+        #: whether the jobs left over limit by an earlier process have been noted
+        self.recovered = False
+
+    def note(self, job_id: int, key: ScopeKey) -> None:
+        self.pending[job_id] = key
+
+    async def recover(self, maker: async_sessionmaker[AsyncSession]) -> None:
+        """Note every job over the limit (the notes of a process that stopped are lost with it)."""
+        async with maker() as session:
+            found = await over_limit(session=session, keep=self.keep)
+        for job_id, key in found.items():
+            self.pending.setdefault(job_id, key)
+        self.recovered = True
+        if found:
+            log.info("retention: %d job(s) over the limit found at start", len(found))
+
+    async def run_once(
+        self, maker: async_sessionmaker[AsyncSession], cache: AnswerCache, *, recover: bool = True
+    ) -> int:
+        """Prune every noted job (the first pass with ``recover`` also the jobs found over the
+        limit); a job that fails stays noted for the next pass. Pruning can change a job's answer
+        (its clean-run count, its window), so the job's cached answers are invalidated, here and,
+        through the change feed, in other workers."""
+        if recover and not self.recovered:
+            try:
+                await self.recover(maker)
+            except Exception as exc:  # tried again at the next pass
+                DATABASE_ERRORS.inc()
+                log.warning("retention could not look for jobs over the limit: %s", type(exc).__name__)
+        removed = failed = 0
+        jobs, self.pending = self.pending, {}
+        for job_id, key in sorted(jobs.items()):
+            try:
+                while True:
+                    async with maker() as session:
+                        gone = await prune_job(session=session, job_id=job_id, keep=self.keep)
+                        if gone:
+                            await changes.publish(session, key, cache.origin)
+                        await session.commit()
+                    removed += gone
+                    if gone:
+                        cache.invalidate(key)
+                    RETENTION_PRUNED.inc(gone)
+                    if gone < BATCH:
+                        break
+            except Exception as exc:
+                DATABASE_ERRORS.inc()
+                log.warning("retention pass failed for a job: %s", type(exc).__name__)
+                self.pending[job_id] = key
+                failed += 1
+        RETENTION_BACKLOG.set(failed)
+        if removed:
+            log.info("retention removed %d run(s)", removed)
+        return removed

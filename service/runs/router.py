@@ -1,0 +1,202 @@
+"""``POST /api/v1/runs`` and ``POST /api/v1/runs:batch`` (rules I1-I5a)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from datetime import timedelta
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from service import changes
+from service.auth import AuthenticatedRoute, IngestPrincipal
+from service.db import WriteSessionDep
+from service.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    PayloadTooLarge,
+    Unauthorized,
+    Unavailable,
+    problem_responses,
+    validation_errors,
+)
+from service.keys import ScopeKey
+from service.observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
+from service.runs import bodies
+from service.runs import service as runs_service
+from service.runs.schemas import BatchItemPublic, RunCreate, RunPublic, RunsBatchCreate, RunsBatchPublic
+from service.wire import utcnow
+
+log = logging.getLogger("ci_sizer.runs")
+
+
+class FastJsonRoute(AuthenticatedRoute):
+    """Parses JSON request bodies with orjson, several times faster than the standard library on
+    arrays of samples. A body orjson refuses (``NaN``, integers past 64 bits, malformed JSON) is
+    left to FastAPI's own parsing, so every answer stays what it was. The caller is then
+    authenticated (``AuthenticatedRoute``) before anything is validated.
+
+    A large body (``bodies.MIN_BYTES``) is parsed and its samples reduced in a worker process
+    (``services/bodies.py``), so that it does not stall the event loop and every other request."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+        model = None if self.body_field is None else self.body_field.field_info.annotation
+        reducers: dict[Any, Callable[[bytes], Any]] = {
+            RunCreate: bodies.reduce_run,
+            RunsBatchCreate: bodies.reduce_batch,
+        }
+        reduce = reducers.get(model)
+
+        async def route_handler(request: Request) -> Response:
+            body = await request.body()
+            if body and reduce is not None and len(body) >= bodies.MIN_BYTES:
+                try:
+                    reduced = await request.app.state.bodies.run(reduce, body)
+                except Exception as exc:  # the worker died: parse on the loop, as for any body
+                    log.warning("large body not reduced in the worker: %s", type(exc).__name__)
+                    reduced = None
+                if reduced is not None:
+                    request._json = reduced
+                    return await handler(request)
+            if body:
+                with contextlib.suppress(orjson.JSONDecodeError):
+                    request._json = orjson.loads(body)
+            return await handler(request)
+
+        return route_handler
+
+
+router = APIRouter(prefix="/api/v1", tags=["runs"], route_class=FastJsonRoute)
+
+
+def _time_errors(request: Request, body: RunCreate, where: str) -> list[dict[str, str]]:
+    """The run's timestamps outside the window the settings allow, named under ``where``."""
+    settings = request.app.state.settings
+    errors = runs_service.time_errors(
+        body,
+        now=utcnow(),
+        max_ahead=timedelta(seconds=settings.finished_at_max_ahead_seconds),
+        max_age=timedelta(days=settings.finished_at_max_age_days),
+    )
+    return [{**e, "field": f"{where}/{e['field']}"} for e in errors]
+
+
+async def _store(request: Request, session: AsyncSession, body: RunCreate) -> RunPublic:
+    """Ingest and commit one run within the ingest timeout. Only a committed run is answered
+    201; a database that is down or too slow is a 503 to retry (a retry of a run that did commit
+    is answered 200, rule I4)."""
+    settings = request.app.state.settings
+
+    key = ScopeKey(body.org, body.repo, body.workflow, body.job)
+
+    async def work() -> runs_service.Ingested:
+        done = await runs_service.ingest(session=session, body=body, job_ids=request.app.state.job_ids)
+        if done.run.result == "created":
+            await changes.publish(session, key, request.app.state.answers.origin)  # to other workers, on commit
+        await session.commit()
+        return done
+
+    try:
+        done = await asyncio.wait_for(work(), settings.ingest_timeout_seconds)
+    except TimeoutError:
+        raise Unavailable(
+            f"the database did not commit the run within {settings.ingest_timeout_seconds:g}s; retry",
+            headers={"Retry-After": "2"},
+        ) from None
+    RUNS_INGESTED.labels(result=done.run.result).inc()
+    if done.run.result == "created":
+        request.app.state.answers.invalidate(key)  # after the commit: this worker reads its own writes
+        request.app.state.pruner.note(done.job_id, key)
+        request.app.state.summaries.note(done.job_id, key)
+        if not done.run.clean:
+            OOM_SUSPECT_RUNS.inc()
+    return done.run
+
+
+@router.post(
+    "/runs",
+    response_model=RunPublic,
+    status_code=201,
+    responses={
+        200: {"model": RunPublic, "description": "the same run was already stored; nothing new was stored"},
+        **problem_responses(BadRequest, Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+    },
+)
+async def post_run(
+    request: Request, body: RunCreate, response: Response, session: WriteSessionDep, principal: IngestPrincipal
+) -> RunPublic:
+    """Store one finished run; 201 when new, 200 when already stored with the same content,
+    409 when stored with other content (rule I4), 503 with Retry-After when the database fails."""
+    principal.ensure_org(body.org)
+    errors = _time_errors(request, body, "body")
+    if errors:
+        RUNS_INGESTED.labels(result="rejected").inc()
+        raise InvalidInput("invalid run: " + ", ".join(e["field"] for e in errors), errors=errors)
+    run = await _store(request, session, body)
+    response.status_code = 201 if run.result == "created" else 200
+    return run
+
+
+def _problem(status: int, type_: str, **fields: Any) -> dict[str, Any]:
+    return {"type": type_, "title": HTTPStatus(status).phrase, "status": status, **fields}
+
+
+@router.post(
+    "/runs:batch",
+    response_model=RunsBatchPublic,
+    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+)
+async def post_runs_batch(
+    request: Request, body: RunsBatchCreate, session: WriteSessionDep, principal: IngestPrincipal
+) -> RunsBatchPublic:
+    """Store up to 500 runs; each is answered on its own, by index, and one bad run does not
+    block the others. Every run answered 201 is committed."""
+    results: list[BatchItemPublic] = []
+    for index, raw in enumerate(body.runs):
+        try:
+            run_body = RunCreate.model_validate(raw)
+        except ValidationError as exc:
+            RUNS_INGESTED.labels(result="rejected").inc()
+            errors = validation_errors([{**e, "loc": ("body", "runs", index, *e["loc"])} for e in exc.errors()])
+            problem = _problem(422, InvalidInput.type_, errors=errors)
+            results.append(BatchItemPublic(index=index, status=422, result="rejected", problem=problem))
+            continue
+        errors = _time_errors(request, run_body, f"body/runs/{index}")
+        if errors:
+            RUNS_INGESTED.labels(result="rejected").inc()
+            problem = _problem(422, InvalidInput.type_, errors=errors)
+            results.append(BatchItemPublic(index=index, status=422, result="rejected", problem=problem))
+            continue
+        if not principal.may_access_org(run_body.org):
+            RUNS_INGESTED.labels(result="rejected").inc()
+            detail = f"token {principal.name!r} may not access org {run_body.org!r}"
+            problem = _problem(403, Forbidden.type_, detail=detail)
+            results.append(BatchItemPublic(index=index, status=403, result="rejected", problem=problem))
+            continue
+        try:
+            run = await _store(request, session, run_body)
+        except Conflict as exc:
+            await session.rollback()
+            RUNS_INGESTED.labels(result="conflict").inc()
+            problem = _problem(409, Conflict.type_, detail=exc.detail)
+            results.append(BatchItemPublic(index=index, status=409, result="conflict", problem=problem))
+            continue
+        status = 201 if run.result == "created" else 200
+        results.append(BatchItemPublic(index=index, status=status, result=run.result, run=run))
+    return RunsBatchPublic(
+        created=sum(r.result == "created" for r in results),
+        duplicates=sum(r.result == "duplicate" for r in results),
+        conflicts=sum(r.result == "conflict" for r in results),
+        rejected=sum(r.result == "rejected" for r in results),
+        results=results,
+    )

@@ -1,0 +1,171 @@
+"""``GET /api/v1/sizing/{org}/{repo}/{workflow}/{job}`` (rules S3-S17, O2-O4, O6)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any, Literal
+
+import orjson
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from service.auth import AuthenticatedRoute, ReadPrincipal
+from service.cache import AnswerCache, CacheKey, Entry
+from service.db import DB_FAULTS, within
+from service.errors import Forbidden, InvalidInput, Unauthorized, problem_responses
+from service.keys import ScopeKey
+from service.observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS, SIZING_CACHE
+from service.paths import JobKeyDep
+from service.sizing import formats
+from service.sizing import service as sizing_service
+from service.sizing.schemas import SizingPublic
+from service.wire import CpuPercentile
+
+OutputFormat = Literal[
+    "json", "k8s", "gitlab", "dotenv", "argo", "tekton", "tekton-v1beta1", "buildkite", "jenkins", "arc"
+]
+router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"], route_class=AuthenticatedRoute)
+log = logging.getLogger("ci_sizer.sizing")
+
+
+class OrjsonResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def policy_of(request: Request) -> sizing_service.Policy:
+    return sizing_service.Policy.of(request.app.state.settings, request.app.state.ceilings)
+
+
+async def _recommend(
+    request: Request, key: ScopeKey, params: sizing_service.SizingParams, policy: sizing_service.Policy
+) -> sizing_service.Recommendation:
+    # a bare connection, not an ORM session: the read path is three Core statements
+    async with request.app.state.engine.connect() as conn:
+        return await sizing_service.recommend(conn=conn, key=key, params=params, policy=policy)
+
+
+def _json(body: bytes) -> Response:
+    return Response(content=body, media_type="application/json")
+
+
+def _rendered(output: str, answer: dict[str, Any], mapping: formats.Mapping | None) -> Response:
+    media_type, body = formats.render(output, answer, mapping)
+    return Response(content=body, media_type=media_type)
+
+
+def _mapping(value: str, output: str) -> formats.Mapping | None:
+    try:
+        return formats.parse_containers(value, output)
+    except formats.MappingError as exc:
+        raise InvalidInput(
+            str(exc), errors=[{"loc": ["query", "containers"], "msg": str(exc), "type": "value_error"}]
+        ) from None
+
+
+@router.get(
+    "/{org}/{repo}/{workflow}/{job}",
+    response_model=SizingPublic,
+    response_class=OrjsonResponse,
+    responses={
+        200: {
+            "description": "the answer; with ``format`` other than json, in that CI system's shape",
+            "content": {"application/yaml": {}, "text/plain": {}},
+        },
+        **problem_responses(InvalidInput, Unauthorized, Forbidden),
+    },
+)
+async def get_sizing(
+    request: Request,
+    key: JobKeyDep,
+    principal: ReadPrincipal,
+    runs: Annotated[int, Query(ge=1, le=100, description="newest clean runs to analyse (rule S5)")] = 5,
+    buffer: Annotated[int, Query(ge=0, le=1000, description="CPU headroom in percent (rule S9)")] = 20,
+    cpu_percentile: Annotated[CpuPercentile, Query(description="CPU stat to size from (rule S9)")] = "p95",
+    output: Annotated[
+        OutputFormat,
+        Query(alias="format", description="json (the spec's shape) or a CI system's: see docs/integrations"),
+    ] = "json",
+    containers: Annotated[
+        str,
+        Query(
+            max_length=formats.MAX_MAPPING_LENGTH,
+            description="the runner pod's containers to size, ``POD[=RECORDED],...`` (default: only the "
+            "runner's main container, sized from the job's main recorded one): see docs/integrations",
+        ),
+    ] = "",
+) -> Response:
+    """Requests and limits per container for the job's next run. A job never seen answers 200 in
+    the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name.
+
+    Answers are cached in process until a run of the job is stored or pruned or an override
+    changes (``meta.generated_at`` says when an answer was computed).
+
+    Fail-open: when the database is down or does not answer within the deadline
+    (``CI_SIZER_SIZING_DEADLINE_MS``, 250 ms), the answer is still 200: the last answer served for
+    the job, else the unknown-phase defaults, with ``meta.degraded: true`` and the header
+    ``CI-Sizer-Degraded: true`` (in every format)."""
+    principal.ensure_org(key.org)
+    mapping = _mapping(containers, output)
+    cache: AnswerCache = request.app.state.answers
+    cache_key = CacheKey(runs, buffer, cpu_percentile)
+    hit = cache.fresh(key, cache_key)
+    if hit is not None:
+        SIZING_CACHE.labels(result="hit").inc()
+        RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
+        return _json(hit.body) if output == "json" else _rendered(output, orjson.loads(hit.body), mapping)
+    SIZING_CACHE.labels(result="miss").inc()
+    params = sizing_service.SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
+    policy = policy_of(request)
+    deadline = request.app.state.settings.sizing_deadline_ms / 1000
+    ticket = cache.ticket(key)
+    try:
+        rec = await within(deadline, _recommend(request, key, params, policy))
+    except DB_FAULTS as exc:
+        DEGRADED_ANSWERS.inc()
+        if not isinstance(exc, TimeoutError):
+            DATABASE_ERRORS.inc()
+        log.warning("sizing answered degraded: %s", type(exc).__name__)
+        last = cache.last_served(key, cache_key)
+        answer = sizing_service.degraded(
+            key=key, last=None if last is None else orjson.loads(last.body), params=params, policy=policy
+        )
+        RECOMMENDATIONS.labels(phase=answer["meta"]["phase"], override_scope=answer["meta"]["override_scope"]).inc()
+        response = OrjsonResponse(answer) if output == "json" else _rendered(output, answer, mapping)
+        response.headers[formats.DEGRADED_HEADER] = "true"
+        return response
+    meta = rec.answer["meta"]
+    body = orjson.dumps(rec.answer)
+    entry = Entry(body=body, phase=meta["phase"], override_scope=meta["override_scope"], fresh_until=rec.fresh_until)
+    cache.put(key, cache_key, ticket, entry)
+    RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
+    if rec.job_id is not None:
+        request.app.state.fleet.note(rec.job_id, rec.totals())
+    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping)
+
+
+async def recommendations(request: Request, keys: list[ScopeKey]) -> tuple[dict[ScopeKey, dict[str, Any]], bool]:
+    """The recommendations of jobs another resource refers to (stages, placement), with the
+    default parameters; when the database fails or is slow (the sizing deadline, over the whole
+    read), the ones not read are left out and the reply says ``degraded``."""
+    if not keys:
+        return {}, False
+    deadline = request.app.state.settings.sizing_deadline_ms / 1000
+    policy = policy_of(request)
+    answers: dict[ScopeKey, dict[str, Any]] = {}
+
+    async def read() -> None:
+        async with request.app.state.engine.connect() as conn:
+            for key in keys:
+                answers.update(await sizing_service.fetch_many(conn=conn, keys=[key], policy=policy))
+
+    try:
+        # one deadline for the whole read, connecting included: a database that accepts
+        # connections and never answers costs the caller the deadline, not the connect timeout
+        await within(deadline, read())
+    except DB_FAULTS as exc:
+        if not isinstance(exc, TimeoutError):
+            DATABASE_ERRORS.inc()
+        log.warning("recommendations for another resource degraded: %s", type(exc).__name__)
+        return dict(answers), True  # a copy: the abandoned read may still be winding down
+    return answers, False

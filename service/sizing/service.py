@@ -1,0 +1,393 @@
+"""Sizing recommendations (rules S3-S17, O2-O4).
+
+``load_history`` reads what one job's answer needs with a few index range scans;
+``compute`` is a pure function from that history to the answer, with the arithmetic in the core.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any, Literal
+
+from sqlalchemy import bindparam, func, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service import core
+from service.keys import SCOPES, ScopeKey
+from service.observability.fleet import JobTotals
+from service.observability.metrics import CORE_DURATION
+from service.overrides import service as overrides_service
+from service.overrides.service import PinRow
+from service.quantity import format_cpu, format_memory
+from service.sizing import ceilings as ceilings_service
+from service.sizing.ceilings import Ceiling
+from service.tables import Job, Run, RunContainer
+from service.wire import to_rfc3339, utcnow
+
+Phase = Literal["unknown", "learning", "confident"]
+_PHASES: tuple[Phase, ...] = ("unknown", "learning", "confident")  # by the core's PHASE_* code
+#: the clean runs a window must reach back to, at least, for the core to tell the phase (rule S4)
+_PHASE_SAMPLES = 3
+#: Specificity of a value's source, for rule O3 (the algorithm is the least specific).
+_RANK = {"algorithm": 0, "org": 1, "repo": 2, "workflow": 3, "job": 4}
+_SOURCE = tuple(_RANK)  # an O3 rank's name, as size_run reports it
+_MIB = core.MIB
+
+
+@dataclass(frozen=True)
+class SizingParams:
+    runs: int = 5
+    buffer: int = 20
+    cpu_percentile: str = "p95"
+
+
+@dataclass(frozen=True)
+class Policy:
+    cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
+    memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
+    max_memory: int | None = None
+    #: with no node ceiling, the most the OOM backoff raises a memory limit to (CI_SIZER_MAX_BACKOFF_MEMORY)
+    max_backoff_memory: int = 64 * core.GIB
+    #: runner ceilings by org ("*": every org), from CI_SIZER_RUNNER_CEILINGS_FILE
+    ceilings: Mapping[str, Ceiling] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, settings: Any, ceilings: Mapping[str, Ceiling]) -> Policy:
+        """The policy the settings configure (``settings``: a ``Settings``)."""
+        return cls(
+            cpu_sizing_mode=settings.cpu_sizing_mode,
+            memory_qos=settings.memory_qos,
+            max_memory=settings.max_memory,
+            max_backoff_memory=settings.max_backoff_memory,
+            ceilings=ceilings,
+        )
+
+
+@dataclass
+class HistoryRun:
+    id: int
+    clean: bool
+    pod_memory_peak_bytes: int | None
+    #: rows with RunContainer's stats columns, by container name
+    containers: dict[str, Any] = field(default_factory=dict)
+
+    def pod_memory(self) -> int:
+        """Rule S11: the reported pod peak, else the sum of the containers' peaks."""
+        if self.pod_memory_peak_bytes is not None:
+            return self.pod_memory_peak_bytes
+        return sum(c.memory_peak_bytes for c in self.containers.values())
+
+
+@dataclass
+class History:
+    clean_samples: int = 0
+    #: newest first (rule S3): every run from the oldest of the newest max(runs, 3) clean runs on
+    #: (enough clean runs for the core to tell the phase, S4), or all runs when none is clean
+    window: list[HistoryRun] = field(default_factory=list)
+    newest_node_memory_bytes: int | None = None
+
+
+# The read path of one sizing answer: three statements, built once, run on a bare connection
+# (no ORM identity map, no per-request statement construction). Each is an index range scan:
+# jobs by uq_jobs_key, runs by ix_runs_job_clean_history / ix_runs_job_history, containers by
+# uq_run_containers_run_name (overrides: overrides.applicable, by uq_overrides_scope), whatever the
+# size of the history.
+_runs = Run.__table__  # type: ignore[attr-defined]
+_containers = RunContainer.__table__  # type: ignore[attr-defined]
+_jobs = Job.__table__  # type: ignore[attr-defined]
+_NEWEST_FIRST = (_runs.c.finished_at.desc(), _runs.c.id.desc())
+
+_SUMMARY = select(
+    _jobs.c.id,
+    select(func.count())
+    .select_from(_runs)
+    .where(_runs.c.job_id == _jobs.c.id, _runs.c.clean)
+    .scalar_subquery()
+    .label("clean_samples"),
+    select(_runs.c.node_memory_bytes)
+    .where(_runs.c.job_id == _jobs.c.id, _runs.c.node_memory_bytes.is_not(None))
+    .order_by(*_NEWEST_FIRST)
+    .limit(1)
+    .scalar_subquery()
+    .label("node_memory_bytes"),
+).where(
+    _jobs.c.org == bindparam("org"),
+    _jobs.c.repo == bindparam("repo"),
+    _jobs.c.workflow == bindparam("workflow"),
+    _jobs.c.job == bindparam("job"),
+)
+
+_newest_clean = (
+    select(_runs.c.finished_at, _runs.c.id)
+    .where(_runs.c.job_id == bindparam("job_id"), _runs.c.clean)
+    .order_by(*_NEWEST_FIRST)
+    .limit(bindparam("runs"))
+    .subquery("newest_clean")
+)
+#: the oldest of the newest ``runs`` clean runs: the window starts there (rule S3)
+_BOUNDARY = (
+    select(_newest_clean.c.finished_at, _newest_clean.c.id)
+    .order_by(_newest_clean.c.finished_at, _newest_clean.c.id)
+    .limit(1)
+    .subquery("boundary")
+)
+_WINDOW_COLUMNS = (
+    _runs.c.id,
+    _runs.c.clean,
+    _runs.c.pod_memory_peak_bytes,
+    _containers.c.name,
+    _containers.c.cpu_peak,
+    _containers.c.cpu_p99,
+    _containers.c.cpu_p95,
+    _containers.c.cpu_p75,
+    _containers.c.cpu_p50,
+    _containers.c.cpu_avg,
+    _containers.c.memory_peak_bytes,
+    _containers.c.memory_limit_bytes,
+    _containers.c.oom_suspect,
+)
+_ALL_RUNS = (
+    select(*_WINDOW_COLUMNS)
+    .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
+    .where(_runs.c.job_id == bindparam("job_id"))
+    .order_by(*_NEWEST_FIRST, _containers.c.position)
+)
+_WINDOW = (
+    select(*_WINDOW_COLUMNS)
+    .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
+    # a row comparison, not an OR: one index range on (job_id, finished_at, id)
+    .join(_BOUNDARY, tuple_(_runs.c.finished_at, _runs.c.id) >= tuple_(_BOUNDARY.c.finished_at, _BOUNDARY.c.id))
+    .where(_runs.c.job_id == bindparam("job_id"))
+    .order_by(*_NEWEST_FIRST, _containers.c.position)
+)
+
+
+async def load_history(
+    *, conn: AsyncConnection, key: ScopeKey, runs: int, need_node_memory: bool
+) -> tuple[int | None, History]:
+    """The job's id (None for a job never seen) and what its answer is computed from."""
+    history = History()
+    summary = (
+        await conn.execute(_SUMMARY, {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job})
+    ).first()
+    if summary is None:
+        return None, history
+    job_id, history.clean_samples, node_memory = summary
+    if need_node_memory:
+        history.newest_node_memory_bytes = node_memory
+    window = _WINDOW if history.clean_samples else _ALL_RUNS
+    rows = await conn.execute(window, {"job_id": job_id, "runs": max(runs, _PHASE_SAMPLES)})
+    current: HistoryRun | None = None
+    for row in rows:
+        if current is None or current.id != row.id:
+            current = HistoryRun(id=row.id, clean=row.clean, pod_memory_peak_bytes=row.pod_memory_peak_bytes)
+            history.window.append(current)
+        current.containers[row.name] = row
+    return job_id, history
+
+
+def node_ceiling(policy: Policy, history: History) -> int | None:
+    """Rule S15: --max-memory, else 90% of the newest reported node memory, down to a whole MiB."""
+    if policy.max_memory is not None:
+        return policy.max_memory
+    if history.newest_node_memory_bytes is None:
+        return None
+    return history.newest_node_memory_bytes * 9 // (10 * _MIB) * _MIB
+
+
+def _ordered_names(runs: list[HistoryRun]) -> list[str]:
+    names: dict[str, None] = {}
+    for run in runs:
+        for name in run.containers:
+            names.setdefault(name, None)
+    return list(names)
+
+
+def override_scope(pins: dict[str, PinRow]) -> str:
+    """Rule O4: the most specific scope that supplied at least one field, else "global"."""
+    supplied: set[str] = set()
+    for column in overrides_service.FIELDS:
+        for scope in ("job", "workflow", "repo", "org"):
+            o = pins.get(scope)
+            if o is not None and getattr(o, column) is not None:
+                supplied.add(scope)
+                break
+    for scope in reversed(SCOPES):
+        if scope in supplied:
+            return scope
+    return "global"
+
+
+def pins8(pins: Mapping[str, PinRow]) -> tuple[int, ...]:
+    """Rule O2 as ``size_run`` takes it: per field the most specific pin (-1 = none), then its rank
+    (1 org .. 4 job; 0 = not pinned)."""
+    values, ranks = [-1] * 4, [0] * 4
+    for f, column in enumerate(overrides_service.FIELDS):
+        for scope in ("job", "workflow", "repo", "org"):
+            o = pins.get(scope)
+            if o is not None and getattr(o, column) is not None:
+                values[f], ranks[f] = int(getattr(o, column)), _RANK[scope]
+                break
+    return (*values, *ranks)
+
+
+def compute(
+    *,
+    key: ScopeKey,
+    history: History,
+    pins: dict[str, PinRow],
+    params: SizingParams,
+    policy: Policy,
+) -> dict[str, Any]:
+    """The answer from the job's history: every rule of the policy is the core's ``size_run``
+    (the one the backtest calls before each run), asked for the next run (``i == n``)."""
+    runs = history.window[::-1]  # oldest first, as the core reads columns
+    n = len(runs)
+    code = core.POLICY_CI_SIZER
+    clean = [core.RUN_CLEAN if r.clean else core.RUN_KILLED for r in runs]
+    analysed = core.analysed_runs(n, clean, code, params.runs)
+    names = _ordered_names([runs[j] for j in analysed] if analysed else history.window) or ["*"]  # rule S6
+    ceiling = node_ceiling(policy, history)
+    guaranteed = policy.memory_qos == "guaranteed"
+    stat = f"cpu_{params.cpu_percentile}"
+    pinned = pins8(pins)
+    pod = [r.pod_memory() for r in runs]
+    cpu_pinned = any(o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None for o in pins.values())
+    enforced = policy.cpu_sizing_mode == "enforce" or cpu_pinned  # rule S17
+    phase = "unknown"
+    containers = []
+    for name in names:
+        rows = [r.containers.get(name) for r in runs]
+        s = core.size_run(
+            n,
+            clean,
+            [int(c is not None) for c in rows],
+            [0.0 if c is None else getattr(c, stat) for c in rows],
+            [0.0 if c is None else c.cpu_peak for c in rows],
+            [0.0 if c is None else c.cpu_p95 for c in rows],
+            [0 if c is None else c.memory_peak_bytes for c in rows],
+            [-1 if c is None or c.memory_limit_bytes is None else c.memory_limit_bytes for c in rows],
+            [0 if c is None else int(c.oom_suspect) for c in rows],
+            pod,
+            -1 if ceiling is None else ceiling,
+            code,
+            params.runs,
+            params.buffer,
+            guaranteed,
+            pinned,
+            policy.max_backoff_memory,
+        )
+        phase = _PHASES[s.phase]
+        containers.append(
+            {
+                "name": name,
+                "cpu": {
+                    "request": format_cpu(s.cpu_request),
+                    "limit": format_cpu(s.cpu_limit),
+                    "request_millicores": s.cpu_request,
+                    "limit_millicores": s.cpu_limit,
+                    "enforced": enforced,
+                    "source": {"request": _SOURCE[s.cpu_request_source], "limit": _SOURCE[s.cpu_limit_source]},
+                },
+                "memory": {
+                    "request": format_memory(s.memory_request),
+                    "limit": format_memory(s.memory_limit),
+                    "request_bytes": s.memory_request,
+                    "limit_bytes": s.memory_limit,
+                    "source": {
+                        "request": _SOURCE[s.memory_request_source],
+                        "limit": _SOURCE[s.memory_limit_source],
+                    },
+                },
+                "observed": {
+                    "cpu_millicores": None if s.cpu_observed < 0 else s.cpu_observed,
+                    "memory_bytes": None if s.memory_observed < 0 else s.memory_observed,
+                },
+                "oom": {"consecutive": s.consecutive, "backoff_factor": s.backoff_factor, "capped": bool(s.capped)},
+            }
+        )
+    runner_ceiling = ceilings_service.for_org(policy.ceilings, key.org)
+    if runner_ceiling is not None:
+        for c in containers:
+            ceilings_service.clamp(c, runner_ceiling)
+    return {
+        "org": key.org,
+        "repo": key.repo,
+        "workflow": key.workflow,
+        "job": key.job,
+        "containers": containers,
+        "meta": {
+            "phase": phase,
+            "clean_samples": history.clean_samples,
+            "runs_analyzed": min(params.runs, history.clean_samples),  # rule S5
+            "runs": params.runs,
+            "buffer": params.buffer,
+            "cpu_percentile": params.cpu_percentile,
+            "override_scope": override_scope(pins),
+            "cpu_sizing_mode": policy.cpu_sizing_mode,
+            "memory_qos": policy.memory_qos,
+            "node_ceiling_bytes": ceiling,
+            "generated_at": to_rfc3339(utcnow()),
+            "degraded": False,
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    answer: dict[str, Any]
+    job_id: int | None
+    #: wall-clock seconds until which the answer holds unless something is written (an applied
+    #: override's expiry), else infinity
+    fresh_until: float = math.inf
+
+    def totals(self) -> JobTotals:
+        """Requests and observed use summed over the containers (for the fleet gauges)."""
+        cs = self.answer["containers"]
+        cpu_request, memory_request = pod_requests(self.answer)
+        return JobTotals(
+            cpu_request_millicores=cpu_request,
+            cpu_observed_millicores=sum(c["observed"]["cpu_millicores"] or 0.0 for c in cs),
+            memory_request_bytes=memory_request,
+            memory_observed_bytes=sum(c["observed"]["memory_bytes"] or 0 for c in cs),
+        )
+
+
+def pod_requests(answer: dict[str, Any]) -> tuple[int, int]:
+    """An answer's requests summed over its containers: the job's pod size (millicores, bytes)."""
+    cs = answer["containers"]
+    return sum(c["cpu"]["request_millicores"] for c in cs), sum(c["memory"]["request_bytes"] for c in cs)
+
+
+async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+    """The sizing answer for one job; an unseen job answers in the unknown phase."""
+    job_id, history = await load_history(
+        conn=conn, key=key, runs=params.runs, need_node_memory=policy.max_memory is None
+    )
+    pins = await overrides_service.applicable(conn=conn, key=key)
+    started = time.perf_counter()
+    answer = compute(key=key, history=history, pins=pins, params=params, policy=policy)
+    CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
+    expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
+    return Recommendation(answer=answer, job_id=job_id, fresh_until=min(expiries, default=math.inf))
+
+
+async def fetch_many(
+    *, conn: AsyncConnection, keys: Iterable[ScopeKey], policy: Policy
+) -> dict[ScopeKey, dict[str, Any]]:
+    """Each job's answer with the default parameters (overrides included), for other resources."""
+    params = SizingParams()
+    return {k: (await recommend(conn=conn, key=k, params=params, policy=policy)).answer for k in keys}
+
+
+def degraded(*, key: ScopeKey, last: dict[str, Any] | None, params: SizingParams, policy: Policy) -> dict[str, Any]:
+    """The answer when the database cannot be read in time: the last answer served for the job,
+    else the unknown-phase defaults (without overrides, which cannot be read either); both
+    marked ``meta.degraded``."""
+    answer = last if last is not None else compute(key=key, history=History(), pins={}, params=params, policy=policy)
+    answer["meta"]["degraded"] = True
+    return answer

@@ -1,0 +1,96 @@
+"""The wire's shared pieces: names (rule I3), timestamps, bounded CPU and memory values,
+the strict base model, and the naive-UTC time helpers the tables and the API share."""
+
+from __future__ import annotations
+
+import unicodedata
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
+
+NAME_MAX = 200
+MAX_MEMORY_BYTES = 1 << 50  # 1 PiB: bounds inputs so the integer arithmetic never overflows
+MAX_CPU_MILLICORES = 1e9  # a million cores
+
+
+def utcnow() -> datetime:
+    """Now, as the naive UTC datetime the tables store."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def to_naive_utc(value: datetime) -> datetime:
+    """Naive UTC; a value whose UTC time falls outside years 1-9999 (``9999-12-31T23:59:59-01:00``)
+    raises ``ValueError``, which a validator reports as a 422 naming the field."""
+    if value.tzinfo is None:
+        return value
+    try:
+        return value.astimezone(UTC).replace(tzinfo=None)
+    except OverflowError:
+        raise ValueError("is out of range once converted to UTC (years 1 to 9999)") from None
+
+
+def to_rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
+
+
+#: The Unicode Bidi_Control characters (UAX #9): they reorder how a name is displayed, so a name
+#: could read as another one ("Trojan Source", CVE-2021-42574).
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def name_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a name (rule I3), or None: control characters, bidirectional
+    control characters, and lone surrogates (what invalid UTF-8 decodes to with
+    ``surrogateescape``, and what a JSON ``\\udc80`` escape gives) are refused."""
+    for ch in value:
+        if ch in BIDI_CONTROLS:
+            return "must not contain bidirectional control characters"
+        category = unicodedata.category(ch)
+        if category == "Cc":
+            return "must not contain control characters"
+        if category == "Cs":
+            return "must be valid UTF-8 (no lone surrogates)"
+    return None
+
+
+def _no_control_chars(value: str) -> str:
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+def _rfc3339_text(value: object) -> object:
+    """Timestamps come as RFC 3339 strings; pydantic's lax mode would take a number as epoch seconds."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("must be an RFC 3339 date-time string such as 2026-11-20T10:07:12Z")
+    return value
+
+
+Timestamp = Annotated[datetime, BeforeValidator(_rfc3339_text)]
+
+Name = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=NAME_MAX),
+    AfterValidator(_no_control_chars),
+]
+CpuValue = Annotated[float, Field(strict=True, ge=0, le=MAX_CPU_MILLICORES, allow_inf_nan=False)]
+MemoryBytes = Annotated[int, Field(strict=True, ge=0, le=MAX_MEMORY_BYTES)]
+STAT_NAMES = ("peak", "p99", "p95", "p75", "p50", "avg")
+CpuPercentile = Literal["peak", "p99", "p95", "p75", "p50", "avg"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

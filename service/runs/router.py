@@ -46,7 +46,7 @@ class FastJsonRoute(AuthenticatedRoute):
     authenticated (``AuthenticatedRoute``) before anything is validated.
 
     A large body (``bodies.MIN_BYTES``) is parsed and its samples reduced in a worker process
-    (``services/bodies.py``), so that it does not stall the event loop and every other request."""
+    (``runs/bodies.py``), so that it does not stall the event loop and every other request."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -22,24 +22,29 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from service.keys import ScopeKey
+from service.sizing.answer import Answer
+from service.sizing.params import SizingParams
 
-
-@dataclass(frozen=True, slots=True)
-class CacheKey:
-    runs: int
-    buffer: int
-    cpu_percentile: str
+#: answers are cached per parameter set
+CacheKey = SizingParams
 
 
 @dataclass(slots=True)
 class Entry:
-    body: bytes  #: the rendered JSON answer
-    phase: str
-    override_scope: str
+    answer: Answer
+    body: bytes  #: the answer rendered as JSON, once
     #: wall-clock seconds after which the entry is no longer fresh (``inf``: until invalidated)
     fresh_until: float
     epoch: int = 0  #: the cache's global epoch when computed (set by ``put``)
     version: int = 0  #: the job slot's version when computed (set by ``put``)
+
+    @property
+    def phase(self) -> str:
+        return self.answer.meta.phase
+
+    @property
+    def override_scope(self) -> str:
+        return self.answer.meta.override_scope
 
 
 @dataclass(slots=True)

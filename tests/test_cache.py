@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from service.cache import AnswerCache, CacheKey, Entry
 from service.changes import CHANNEL
 from service.keys import ScopeKey
+from service.sizing import service as sizing_service
 
 from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
 
@@ -24,7 +25,11 @@ P = CacheKey(5, 20, "p95")
 
 
 def entry(body: bytes = b"{}", fresh_until: float = float("inf")) -> Entry:
-    return Entry(body=body, phase="unknown", override_scope="global", fresh_until=fresh_until)
+    # an unseen job's answer (the unknown-phase defaults), as the sizing service computes it
+    answer = sizing_service.compute(
+        key=KEY, history=sizing_service.History(), pins={}, params=P, policy=sizing_service.Policy()
+    )
+    return Entry(answer=answer, body=body, fresh_until=fresh_until)
 
 
 def stored(cache: AnswerCache, key: ScopeKey = KEY, body: bytes = b"{}", **kw: Any) -> None:

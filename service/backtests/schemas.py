@@ -11,6 +11,7 @@ from pydantic import (
     model_validator,
 )
 
+from service.sizing.params import BUFFER, DEFAULT_CPU_PERCENTILE, RUNS, BufferItem, RunsItem
 from service.wire import (
     CpuPercentile,
     Name,
@@ -24,9 +25,9 @@ class BacktestCreate(Strict):
     org: Name | None = Field(default=None, description="one org's jobs; leave out for all (a token for every org)")
     since: Timestamp | None = None
     until: Timestamp | None = None
-    runs: list[Annotated[int, Field(strict=True, ge=1, le=100)]] = Field(default=[5], min_length=1, max_length=10)
-    buffer: list[Annotated[int, Field(strict=True, ge=0, le=1000)]] = Field(default=[20], min_length=1, max_length=10)
-    cpu_percentile: list[CpuPercentile] = Field(default=["p95"], min_length=1, max_length=6)
+    runs: list[RunsItem] = Field(default=[RUNS.default], min_length=1, max_length=10)
+    buffer: list[BufferItem] = Field(default=[BUFFER.default], min_length=1, max_length=10)
+    cpu_percentile: list[CpuPercentile] = Field(default=[DEFAULT_CPU_PERCENTILE], min_length=1, max_length=6)
     memory_qos: list[Literal["guaranteed", "burstable"]] = Field(default=["guaranteed"], min_length=1, max_length=2)
     baselines: Annotated[bool, Field(strict=True)] = Field(
         default=True, description="add the fixed default and the approximations of other right-sizers"

@@ -207,7 +207,7 @@ async def advise(
 ) -> dict[str, Any]:
     starts = await load_starts(conn=conn, org=org, since=since, until=until)
     answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(s.job for s in starts)), policy=policy)
-    size = most_common_size(sizing_service.pod_requests(answers[s.job]) for s in starts)
+    size = most_common_size(answers[s.job].pod_requests() for s in starts)
     groups = bursts(((s.at - since).total_seconds() for s in starts), provision_delay)
     count, covered = replicas(groups, coverage)
     cpu, memory = size if size is not None else (0, 0)

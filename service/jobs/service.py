@@ -50,6 +50,8 @@ from service.errors import InvalidInput
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS
 from service.sizing import service as sizing_service
+from service.sizing.answer import Answer
+from service.sizing.params import DEFAULT
 from service.tables import Job, JobSummary, Run, RunContainer
 from service.wire import to_rfc3339, utcnow
 
@@ -134,13 +136,11 @@ async def run_stats(*, conn: AsyncConnection, job_id: int, now: datetime) -> Run
     return stats
 
 
-def summary_row(
-    *, job_id: int, answer: dict[str, Any], fresh_until: float, stats: RunStats, now: datetime
-) -> dict[str, Any]:
+def summary_row(*, job_id: int, answer: Answer, fresh_until: float, stats: RunStats, now: datetime) -> dict[str, Any]:
     """The stored summary of one job from its answer and its run statistics."""
-    cs = answer["containers"]
-    answer_cpu = sum(c["cpu"]["request_millicores"] for c in cs)
-    answer_memory = sum(c["memory"]["limit_bytes"] for c in cs)
+    cs = answer.containers
+    answer_cpu = sum(c.cpu.request_millicores for c in cs)
+    answer_memory = sum(c.memory.limit_bytes for c in cs)
     saved_memory = saved_cpu = None
     if stats.run_hours_per_day is not None:
         if stats.in_force_memory_limit_bytes is not None:
@@ -149,9 +149,9 @@ def summary_row(
             saved_cpu = (stats.in_force_cpu_request_millicores - answer_cpu) / 1000 * stats.run_hours_per_day
     return {
         "job_id": job_id,
-        "phase": answer["meta"]["phase"],
-        "override_scope": answer["meta"]["override_scope"],
-        "oom_backoff": any(c["oom"]["consecutive"] > 0 for c in cs),
+        "phase": answer.meta.phase,
+        "override_scope": answer.meta.override_scope,
+        "oom_backoff": any(c.oom.consecutive > 0 for c in cs),
         "last_run_at": stats.last_run_at,
         "window_runs": stats.window_runs,
         "window_oom_kills": stats.window_oom_kills,
@@ -191,7 +191,7 @@ async def refresh(
     Each answer comes from ``sizing.recommend`` with the default parameters. Read on ``engine``,
     written in one short transaction on ``write_engine`` (SQLite: the one that takes the write lock)."""
     rows = []
-    params = sizing_service.SizingParams()
+    params = DEFAULT
     async with engine.connect() as conn:
         for job_id, key in jobs:
             now = utcnow()

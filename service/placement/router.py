@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from service.auth import AuthenticatedRoute, ReadPrincipal
+from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
 from service.keys import ScopeKey
 from service.placement import service as placement_service
 from service.placement.schemas import PlacementAdvise, PlacementPod, PlacementPublic
 from service.sizing import service as sizing_service
-from service.sizing.router import policy_of, recommendations
+from service.sizing.params import DEFAULT
 
 router = APIRouter(prefix="/api/v1", tags=["placement"], route_class=AuthenticatedRoute)
 
@@ -22,7 +23,9 @@ router = APIRouter(prefix="/api/v1", tags=["placement"], route_class=Authenticat
     response_model=PlacementPublic,
     responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden),
 )
-async def advise(body: PlacementAdvise, request: Request, principal: ReadPrincipal) -> dict[str, Any]:
+async def advise(
+    body: PlacementAdvise, principal: ReadPrincipal, settings: SettingsDep, engine: EngineDep, policy: PolicyDep
+) -> dict[str, Any]:
     """Either a Concourse strategy ``chain`` (P1-P6: each strategy narrows the workers, the last
     survivors are picked from at random, an empty set means ``wait``) or a Kubernetes scoring
     ``profile`` (P7-P10: nodes that do not fit are filtered out, the rest ranked by the weighted
@@ -37,13 +40,13 @@ async def advise(body: PlacementAdvise, request: Request, principal: ReadPrincip
         ref = body.pod.job
         key = ScopeKey(ref.org, ref.repo, ref.workflow, ref.job)
         principal.ensure_org(key.org)
-        answers, degraded = await recommendations(request, [key])
+        answers, degraded = await sizing_service.answers_for(
+            engine=engine, keys=[key], policy=policy, deadline=settings.sizing_deadline_ms / 1000
+        )
         answer = answers.get(key)
         if answer is None:
-            answer = sizing_service.degraded(
-                key=key, last=None, params=sizing_service.SizingParams(), policy=policy_of(request)
-            )
-        phase = answer["meta"]["phase"]
+            answer = sizing_service.degraded(key=key, last=None, params=DEFAULT, policy=policy)
+        phase = answer.meta.phase
         info = {"source": "default" if phase == "unknown" else "recommendation", "phase": phase, "degraded": degraded}
         pod = placement_service.pod_from_answer(answer, cpu_limit=body.pod.job_cpu_limit).model_copy(
             update={"init_containers": body.pod.init_containers, "overhead": body.pod.overhead}

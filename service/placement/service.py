@@ -27,6 +27,7 @@ from service.placement.schemas import (
     ScorerSpec,
 )
 from service.quantity import format_cpu, format_memory
+from service.sizing.answer import Answer
 
 NONZERO_CPU = 100  # millicores: what a container without a CPU request counts when scoring (P7)
 NONZERO_MEMORY = 200 * core.MIB  # P7
@@ -151,23 +152,21 @@ def pod_totals(pod: PlacementPod, *, placing: bool) -> PodTotals:
     )  # fmt: skip
 
 
-def pod_from_answer(answer: dict[str, Any], *, cpu_limit: str = "as-applied") -> PlacementPod:
+def pod_from_answer(answer: Answer, *, cpu_limit: str = "as-applied") -> PlacementPod:
     """A pod of the job's recommended containers; CPU limits only where the sizer enforces them,
     or everywhere with ``cpu_limit="enforce"`` (the limits enforce mode would give, PK9)."""
     containers = []
-    for c in answer["containers"]:
+    for c in answer.containers:
         containers.append(
             PlacementContainer.model_validate(
                 {
                     "requests": {
-                        "cpu": f"{c['cpu']['request_millicores']}m",
-                        "memory": str(c["memory"]["request_bytes"]),
+                        "cpu": f"{c.cpu.request_millicores}m",
+                        "memory": str(c.memory.request_bytes),
                     },
                     "limits": {
-                        "cpu": f"{c['cpu']['limit_millicores']}m"
-                        if c["cpu"]["enforced"] or cpu_limit == "enforce"
-                        else None,
-                        "memory": str(c["memory"]["limit_bytes"]),
+                        "cpu": f"{c.cpu.limit_millicores}m" if c.cpu.enforced or cpu_limit == "enforce" else None,
+                        "memory": str(c.memory.limit_bytes),
                     },
                 }
             )

@@ -42,6 +42,7 @@ from service.placement import service as placement
 from service.plots import line_panels, step_series
 from service.quantity import format_cpu, format_memory
 from service.sizing import service as sizing_service
+from service.sizing.answer import Answer
 from service.tables import RunContainer
 
 FINISH, READY, ARRIVE, IDLE = 0, 1, 2, 3  # the order of events at the same instant
@@ -737,7 +738,7 @@ async def load_trace(
     if sizes == "recommended":
         keys = {r.id: ScopeKey(r.org, r.repo, r.workflow, r.job) for r in rows}
         answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(keys.values())), policy=policy)
-        size = {rid: sizing_service.pod_requests(answers[k]) for rid, k in keys.items()}
+        size = {rid: answers[k].pod_requests() for rid, k in keys.items()}
         limits = {rid: pod_limits(answers[k]) for rid, k in keys.items()}
     else:
         size = await recorded_sizes(conn=conn, run_ids=[r.id for r in rows])
@@ -760,11 +761,11 @@ async def load_trace(
     }
 
 
-def pod_limits(answer: dict[str, Any]) -> tuple[int, int]:
+def pod_limits(answer: Answer) -> tuple[int, int]:
     """The limits the sizer gives the job's pod, summed (SA1): the CPU limit as enforce mode sets
     it (observe sets none, which limit-aware would count as a whole node), the memory limit."""
-    cs = answer["containers"]
-    return sum(c["cpu"]["limit_millicores"] for c in cs), sum(c["memory"]["limit_bytes"] for c in cs)
+    cs = answer.containers
+    return sum(c.cpu.limit_millicores for c in cs), sum(c.memory.limit_bytes for c in cs)
 
 
 async def recorded_sizes(*, conn: AsyncConnection, run_ids: Sequence[int]) -> dict[int, tuple[int, int]]:

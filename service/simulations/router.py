@@ -13,6 +13,7 @@ from service.auth import AuthenticatedRoute, ReadPrincipal
 from service.backtests import service as backtest_service
 from service.backtests.schemas import BacktestCreate
 from service.ballast import service as ballast_service
+from service.deps import policy as policy_of
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -26,7 +27,6 @@ from service.errors import (
 from service.placement.schemas import PlacementCpu, PlacementMemory
 from service.simulations import engine as simulate
 from service.simulations.schemas import AnalysisPublic, BallastPublic, SimulationCreate
-from service.sizing.router import policy_of
 from service.wire import Name, utcnow
 
 router = APIRouter(prefix="/api/v1", tags=["analyses"], route_class=AuthenticatedRoute)

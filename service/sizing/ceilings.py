@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
 from service.quantity import format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
 from service.settings import read_config_file
+from service.sizing.answer import Container, RunnerCeiling
 
 FIELDS = ("cpu_request", "cpu_limit", "memory_request", "memory_limit")
 
@@ -93,18 +93,24 @@ def for_org(ceilings: Mapping[str, Ceiling], org: str) -> Ceiling | None:
     return Ceiling(*(getattr(own, f) if getattr(own, f) is not None else getattr(default, f) for f in FIELDS))
 
 
-def clamp(container: dict[str, Any], ceiling: Ceiling) -> None:
+def clamp(container: Container, ceiling: Ceiling) -> None:
     """Clamp one container of an answer in place and say so in ``runner_ceiling``."""
     capped: list[str] = []
-    for kind, unit, fmt in (("cpu", "millicores", format_cpu), ("memory", "bytes", format_memory)):
-        block = container[kind]
-        for side in ("request", "limit"):
-            maximum = getattr(ceiling, f"{kind}_{side}")
-            if maximum is not None and block[f"{side}_{unit}"] > maximum:
-                block[f"{side}_{unit}"] = maximum
-                block[side] = fmt(maximum)
-                capped.append(f"{kind}.{side}")
-        if block[f"request_{unit}"] > block[f"limit_{unit}"]:  # a request never above its limit
-            block[f"request_{unit}"] = block[f"limit_{unit}"]
-            block["request"] = block["limit"]
-    container["runner_ceiling"] = {"capped": bool(capped), "fields": capped}
+    cpu, memory = container.cpu, container.memory
+    for side in ("request", "limit"):
+        maximum = getattr(ceiling, f"cpu_{side}")
+        if maximum is not None and getattr(cpu, f"{side}_millicores") > maximum:
+            setattr(cpu, f"{side}_millicores", maximum)
+            setattr(cpu, side, format_cpu(maximum))
+            capped.append(f"cpu.{side}")
+    if cpu.request_millicores > cpu.limit_millicores:  # a request never above its limit
+        cpu.request_millicores, cpu.request = cpu.limit_millicores, cpu.limit
+    for side in ("request", "limit"):
+        maximum = getattr(ceiling, f"memory_{side}")
+        if maximum is not None and getattr(memory, f"{side}_bytes") > maximum:
+            setattr(memory, f"{side}_bytes", maximum)
+            setattr(memory, side, format_memory(maximum))
+            capped.append(f"memory.{side}")
+    if memory.request_bytes > memory.limit_bytes:
+        memory.request_bytes, memory.request = memory.limit_bytes, memory.limit
+    container.runner_ceiling = RunnerCeiling(capped=bool(capped), fields=capped)

@@ -14,7 +14,7 @@ does; a request served here gets the same status, headers and body the route wou
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import NamedTuple, cast
 from urllib.parse import parse_qsl
 
 import orjson
@@ -28,11 +28,13 @@ from service.observability.metrics import RECOMMENDATIONS, SIZING_CACHE
 from service.observability.middleware import RouteLabel
 from service.paths import segment
 from service.sizing import formats
+from service.sizing.params import BUFFER, DEFAULT, RUNS
+from service.wire import STAT_NAMES, CpuPercentile
 
 PREFIX = "/api/v1/sizing/"
 ROUTE = PREFIX + "{org}/{repo}/{workflow}/{job}"
 _NAMES = ("org", "repo", "workflow", "job")
-_PERCENTILES = frozenset(("peak", "p99", "p95", "p75", "p50", "avg"))
+_PERCENTILES = frozenset(STAT_NAMES)
 _CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,3}")
 
 
@@ -48,7 +50,7 @@ class Params(NamedTuple):
 def _params(query: bytes) -> Params | None:
     """The sizing parameters if the query string is in a form the route reads the same way;
     ``None`` for anything else (the route will judge it)."""
-    runs, buffer, percentile, output, containers = 5, 20, "p95", "json", ""
+    runs, buffer, percentile, output, containers = DEFAULT.runs, DEFAULT.buffer, DEFAULT.cpu_percentile, "json", ""
     if query:
         try:
             pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=True)
@@ -62,7 +64,7 @@ def _params(query: bytes) -> Params | None:
             if name == "cpu_percentile":
                 if value not in _PERCENTILES:
                     return None
-                percentile = value
+                percentile = cast(CpuPercentile, value)
             elif name in ("runs", "buffer") and _CANONICAL_INT.fullmatch(value):
                 if name == "runs":
                     runs = int(value)
@@ -74,7 +76,7 @@ def _params(query: bytes) -> Params | None:
                 containers = value
             else:
                 return None
-        if not (1 <= runs <= 100 and 0 <= buffer <= 1000):
+        if not (RUNS.ok(runs) and BUFFER.ok(buffer)):
             return None
     try:
         mapping = formats.parse_containers(containers, output)

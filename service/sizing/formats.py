@@ -43,6 +43,8 @@ from typing import Any
 import orjson
 import yaml
 
+from service.sizing.answer import Answer, Container, Cpu, Memory, Observed, Oom, Sources
+
 YAML = "application/yaml"
 TEXT = "text/plain; charset=utf-8"
 DEGRADED_HEADER = "CI-Sizer-Degraded"
@@ -103,18 +105,18 @@ def parse_containers(value: str, output: str) -> Mapping | None:
     return tuple(items)
 
 
-def resources(c: dict[str, Any]) -> dict[str, dict[str, str]]:
+def resources(c: Container) -> dict[str, dict[str, str]]:
     """A Kubernetes ``resources`` block for one container of the answer."""
-    limits = {"memory": c["memory"]["limit"]}
-    if c["cpu"]["enforced"]:
-        limits = {"cpu": c["cpu"]["limit"], **limits}
-    return {"requests": {"cpu": c["cpu"]["request"], "memory": c["memory"]["request"]}, "limits": limits}
+    limits = {"memory": c.memory.limit}
+    if c.cpu.enforced:
+        limits = {"cpu": c.cpu.limit, **limits}
+    return {"requests": {"cpu": c.cpu.request, "memory": c.memory.request}, "limits": limits}
 
 
-def main_container(containers: list[dict[str, Any]]) -> dict[str, Any]:
+def main_container(containers: list[Container]) -> Container:
     """The job's main recorded container: ``build``, else the only one, else the first."""
     for c in containers:
-        if c["name"] == "build":
+        if c.name == "build":
             return c
     return containers[0]
 
@@ -125,15 +127,15 @@ def _default_recorded(output: str, pod: str) -> str:
     return pod
 
 
-def select(answer: dict[str, Any], output: str, mapping: Mapping | None) -> list[tuple[str, dict[str, Any]]]:
+def select(answer: Answer, output: str, mapping: Mapping | None) -> list[tuple[str, Container]]:
     """The pod containers to write, each with the recorded container of the answer that sizes it."""
-    containers: list[dict[str, Any]] = answer["containers"]
-    by_name = {c["name"]: c for c in containers}
+    containers = answer.containers
+    by_name = {c.name: c for c in containers}
     main_pod = MAIN[output]
-    chosen: list[tuple[str, dict[str, Any]]] = []
+    chosen: list[tuple[str, Container]] = []
     for pod, recorded in mapping if mapping is not None else ((main_pod, None),):
         if recorded is None and pod == main_pod:
-            c: dict[str, Any] | None = main_container(containers)
+            c: Container | None = main_container(containers)
         else:
             source = recorded if recorded is not None else _default_recorded(output, pod)
             c = by_name.get(source)
@@ -144,45 +146,45 @@ def select(answer: dict[str, Any], output: str, mapping: Mapping | None) -> list
     return chosen
 
 
-def _degraded(answer: dict[str, Any]) -> bool:
-    return bool(answer["meta"].get("degraded"))
+def _degraded(answer: Answer) -> bool:
+    return answer.meta.degraded
 
 
-def _yaml(answer: dict[str, Any], doc: Any) -> tuple[str, str]:
+def _yaml(answer: Answer, doc: Any) -> tuple[str, str]:
     text = yaml.safe_dump(doc, sort_keys=False)
     return YAML, (DEGRADED_COMMENT + text if _degraded(answer) else text)
 
 
-def _named(chosen: Sequence[tuple[str, dict[str, Any]]], prefix: str = "") -> list[dict[str, Any]]:
+def _named(chosen: Sequence[tuple[str, Container]], prefix: str = "") -> list[dict[str, Any]]:
     return [{"name": prefix + pod, "resources": resources(c)} for pod, c in chosen]
 
 
-def k8s(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def k8s(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     return _yaml(answer, {"containers": _named(select(answer, "k8s", mapping))})
 
 
-def jenkins(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def jenkins(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """A pod for the Kubernetes plugin's ``yaml``, merged by container name with the podTemplate's
     containers (PodTemplateUtils.combine)."""
     pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": _named(select(answer, "jenkins", mapping))}}
     return _yaml(answer, pod)
 
 
-def argo(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def argo(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """The value of a template's ``podSpecPatch``: a string holding JSON, served as text so that
     ``application/json`` stays the spec's shape."""
     patch = {"containers": _named(select(answer, "argo", mapping))}
     return TEXT, orjson.dumps(patch).decode() + "\n"
 
 
-def arc(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def arc(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """A container hook template (ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE). runner-container-hooks
     merges a ``$NAME`` entry into the pod's container NAME and appends every other entry as a new
     container, so every entry here is ``$``-prefixed."""
     return _yaml(answer, {"spec": {"containers": _named(select(answer, "arc", mapping), "$")}})
 
 
-def _tekton(answer: dict[str, Any], mapping: Mapping | None, output: str) -> tuple[str, str]:
+def _tekton(answer: Answer, mapping: Mapping | None, output: str) -> tuple[str, str]:
     v1 = output == "tekton"
     field = "computeResources" if v1 else "resources"
     steps: list[dict[str, Any]] = []
@@ -196,17 +198,17 @@ def _tekton(answer: dict[str, Any], mapping: Mapping | None, output: str) -> tup
     return _yaml(answer, doc)
 
 
-def tekton(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def tekton(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """TaskRun ``spec.stepSpecs`` (and ``sidecarSpecs``), tekton.dev/v1."""
     return _tekton(answer, mapping, "tekton")
 
 
-def tekton_v1beta1(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def tekton_v1beta1(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """TaskRun ``spec.stepOverrides`` (and ``sidecarOverrides``), tekton.dev/v1beta1."""
     return _tekton(answer, mapping, "tekton-v1beta1")
 
 
-def buildkite(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def buildkite(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """The kubernetes plugin's ``podSpecPatch`` (agent-stack-k8s), merged by container name."""
     return _yaml(answer, {"kubernetes": {"podSpecPatch": {"containers": _named(select(answer, "buildkite", mapping))}}})
 
@@ -216,30 +218,30 @@ def _env_name(name: str) -> str:
     return cleaned or "CONTAINER"
 
 
-def dotenv(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def dotenv(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     lines = ["CI_SIZER_DEGRADED=true"] if _degraded(answer) else []
-    for c in answer["containers"]:
-        prefix = f"CI_SIZER_{_env_name('build' if c['name'] == UNSEEN else c['name'])}"
+    for c in answer.containers:
+        prefix = f"CI_SIZER_{_env_name('build' if c.name == UNSEEN else c.name)}"
         lines += [
-            f"{prefix}_CPU_REQUEST={c['cpu']['request']}",
-            f"{prefix}_CPU_LIMIT={c['cpu']['limit'] if c['cpu']['enforced'] else ''}",
-            f"{prefix}_MEMORY_REQUEST={c['memory']['request']}",
-            f"{prefix}_MEMORY_LIMIT={c['memory']['limit']}",
+            f"{prefix}_CPU_REQUEST={c.cpu.request}",
+            f"{prefix}_CPU_LIMIT={c.cpu.limit if c.cpu.enforced else ''}",
+            f"{prefix}_MEMORY_REQUEST={c.memory.request}",
+            f"{prefix}_MEMORY_LIMIT={c.memory.limit}",
         ]
     return TEXT, "\n".join(lines) + "\n"
 
 
-def gitlab(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str, str]:
+def gitlab(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     """``variables:`` for the Kubernetes executor's overwrites (gitlab-runner
     ``executors/kubernetes/overwrites.go``). Helper and service variables only when mapped."""
     out: dict[str, str] = {}
 
-    def put(prefix: str, c: dict[str, Any]) -> None:
-        out[f"{prefix}CPU_REQUEST"] = c["cpu"]["request"]
-        if c["cpu"]["enforced"]:
-            out[f"{prefix}CPU_LIMIT"] = c["cpu"]["limit"]
-        out[f"{prefix}MEMORY_REQUEST"] = c["memory"]["request"]
-        out[f"{prefix}MEMORY_LIMIT"] = c["memory"]["limit"]
+    def put(prefix: str, c: Container) -> None:
+        out[f"{prefix}CPU_REQUEST"] = c.cpu.request
+        if c.cpu.enforced:
+            out[f"{prefix}CPU_LIMIT"] = c.cpu.limit
+        out[f"{prefix}MEMORY_REQUEST"] = c.memory.request
+        out[f"{prefix}MEMORY_LIMIT"] = c.memory.limit
 
     services = []
     for pod, c in select(answer, "gitlab", mapping):
@@ -251,24 +253,37 @@ def gitlab(answer: dict[str, Any], mapping: Mapping | None = None) -> tuple[str,
             services.append(c)
     if services:
         # one job-level setting for every service container: the largest of each field
-        biggest = {
-            "cpu": {
-                "request": max(services, key=lambda c: c["cpu"]["request_millicores"])["cpu"]["request"],
-                "limit": max(services, key=lambda c: c["cpu"]["limit_millicores"])["cpu"]["limit"],
-                "enforced": any(c["cpu"]["enforced"] for c in services),
-            },
-            "memory": {
-                "request": max(services, key=lambda c: c["memory"]["request_bytes"])["memory"]["request"],
-                "limit": max(services, key=lambda c: c["memory"]["limit_bytes"])["memory"]["limit"],
-            },
-        }
+        cpu_req = max(services, key=lambda c: c.cpu.request_millicores).cpu
+        cpu_lim = max(services, key=lambda c: c.cpu.limit_millicores).cpu
+        mem_req = max(services, key=lambda c: c.memory.request_bytes).memory
+        mem_lim = max(services, key=lambda c: c.memory.limit_bytes).memory
+        biggest = Container(
+            name="services",
+            cpu=Cpu(
+                request=cpu_req.request,
+                limit=cpu_lim.limit,
+                request_millicores=cpu_req.request_millicores,
+                limit_millicores=cpu_lim.limit_millicores,
+                enforced=any(c.cpu.enforced for c in services),
+                source=Sources(cpu_req.source.request, cpu_lim.source.limit),
+            ),
+            memory=Memory(
+                request=mem_req.request,
+                limit=mem_lim.limit,
+                request_bytes=mem_req.request_bytes,
+                limit_bytes=mem_lim.limit_bytes,
+                source=Sources(mem_req.source.request, mem_lim.source.limit),
+            ),
+            observed=Observed(cpu_millicores=None, memory_bytes=None),
+            oom=Oom(consecutive=0, backoff_factor=1, capped=False),
+        )
         put("KUBERNETES_SERVICE_", biggest)
     if _degraded(answer):
         out["CI_SIZER_DEGRADED"] = "true"
     return _yaml(answer, {"variables": out})
 
 
-RENDERERS: dict[str, Callable[[dict[str, Any], Mapping | None], tuple[str, str]]] = {
+RENDERERS: dict[str, Callable[[Answer, Mapping | None], tuple[str, str]]] = {
     "k8s": k8s,
     "gitlab": gitlab,
     "dotenv": dotenv,
@@ -281,7 +296,7 @@ RENDERERS: dict[str, Callable[[dict[str, Any], Mapping | None], tuple[str, str]]
 }
 
 
-def render(output: str, answer: dict[str, Any], mapping: Mapping | None) -> tuple[str, bytes]:
+def render(output: str, answer: Answer, mapping: Mapping | None) -> tuple[str, bytes]:
     """(content type, body) of the answer in the format ``output``."""
     media_type, text = RENDERERS[output](answer, mapping)
     return media_type, text.encode()

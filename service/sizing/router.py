@@ -6,20 +6,31 @@ import logging
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Response
 from fastapi.responses import JSONResponse
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.auth import AuthenticatedRoute, ReadPrincipal
-from service.cache import AnswerCache, CacheKey, Entry
+from service.cache import Entry
 from service.db import DB_FAULTS, within
+from service.deps import AnswersDep, EngineDep, FleetDep, PolicyDep, SettingsDep
 from service.errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS, SIZING_CACHE
 from service.paths import JobKeyDep
 from service.sizing import formats
 from service.sizing import service as sizing_service
+from service.sizing.answer import Answer
+from service.sizing.params import (
+    BUFFER,
+    DEFAULT_CPU_PERCENTILE,
+    RUNS,
+    BufferQuery,
+    CpuPercentileQuery,
+    RunsQuery,
+    SizingParams,
+)
 from service.sizing.schemas import SizingPublic
-from service.wire import CpuPercentile
 
 OutputFormat = Literal[
     "json", "k8s", "gitlab", "dotenv", "argo", "tekton", "tekton-v1beta1", "buildkite", "jenkins", "arc"
@@ -33,15 +44,11 @@ class OrjsonResponse(JSONResponse):
         return orjson.dumps(content)
 
 
-def policy_of(request: Request) -> sizing_service.Policy:
-    return sizing_service.Policy.of(request.app.state.settings, request.app.state.ceilings)
-
-
 async def _recommend(
-    request: Request, key: ScopeKey, params: sizing_service.SizingParams, policy: sizing_service.Policy
+    engine: AsyncEngine, key: ScopeKey, params: SizingParams, policy: sizing_service.Policy
 ) -> sizing_service.Recommendation:
     # a bare connection, not an ORM session: the read path is three Core statements
-    async with request.app.state.engine.connect() as conn:
+    async with engine.connect() as conn:
         return await sizing_service.recommend(conn=conn, key=key, params=params, policy=policy)
 
 
@@ -49,7 +56,7 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
-def _rendered(output: str, answer: dict[str, Any], mapping: formats.Mapping | None) -> Response:
+def _rendered(output: str, answer: Answer, mapping: formats.Mapping | None) -> Response:
     media_type, body = formats.render(output, answer, mapping)
     return Response(content=body, media_type=media_type)
 
@@ -76,12 +83,16 @@ def _mapping(value: str, output: str) -> formats.Mapping | None:
     },
 )
 async def get_sizing(
-    request: Request,
     key: JobKeyDep,
     principal: ReadPrincipal,
-    runs: Annotated[int, Query(ge=1, le=100, description="newest clean runs to analyse (rule S5)")] = 5,
-    buffer: Annotated[int, Query(ge=0, le=1000, description="CPU headroom in percent (rule S9)")] = 20,
-    cpu_percentile: Annotated[CpuPercentile, Query(description="CPU stat to size from (rule S9)")] = "p95",
+    settings: SettingsDep,
+    engine: EngineDep,
+    cache: AnswersDep,
+    policy: PolicyDep,
+    fleet: FleetDep,
+    runs: RunsQuery = RUNS.default,
+    buffer: BufferQuery = BUFFER.default,
+    cpu_percentile: CpuPercentileQuery = DEFAULT_CPU_PERCENTILE,
     output: Annotated[
         OutputFormat,
         Query(alias="format", description="json (the spec's shape) or a CI system's: see docs/integrations"),
@@ -107,65 +118,34 @@ async def get_sizing(
     ``CI-Sizer-Degraded: true`` (in every format)."""
     principal.ensure_org(key.org)
     mapping = _mapping(containers, output)
-    cache: AnswerCache = request.app.state.answers
-    cache_key = CacheKey(runs, buffer, cpu_percentile)
-    hit = cache.fresh(key, cache_key)
+    params = SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
+    hit = cache.fresh(key, params)
     if hit is not None:
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return _json(hit.body) if output == "json" else _rendered(output, orjson.loads(hit.body), mapping)
+        return _json(hit.body) if output == "json" else _rendered(output, hit.answer, mapping)
     SIZING_CACHE.labels(result="miss").inc()
-    params = sizing_service.SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
-    policy = policy_of(request)
-    deadline = request.app.state.settings.sizing_deadline_ms / 1000
+    deadline = settings.sizing_deadline_ms / 1000
     ticket = cache.ticket(key)
     try:
-        rec = await within(deadline, _recommend(request, key, params, policy))
+        rec = await within(deadline, _recommend(engine, key, params, policy))
     except DB_FAULTS as exc:
         DEGRADED_ANSWERS.inc()
         if not isinstance(exc, TimeoutError):
             DATABASE_ERRORS.inc()
         log.warning("sizing answered degraded: %s", type(exc).__name__)
-        last = cache.last_served(key, cache_key)
+        last = cache.last_served(key, params)
         answer = sizing_service.degraded(
-            key=key, last=None if last is None else orjson.loads(last.body), params=params, policy=policy
+            key=key, last=None if last is None else last.answer, params=params, policy=policy
         )
-        RECOMMENDATIONS.labels(phase=answer["meta"]["phase"], override_scope=answer["meta"]["override_scope"]).inc()
-        response = OrjsonResponse(answer) if output == "json" else _rendered(output, answer, mapping)
+        RECOMMENDATIONS.labels(phase=answer.meta.phase, override_scope=answer.meta.override_scope).inc()
+        response = _json(orjson.dumps(answer.as_dict())) if output == "json" else _rendered(output, answer, mapping)
         response.headers[formats.DEGRADED_HEADER] = "true"
         return response
-    meta = rec.answer["meta"]
-    body = orjson.dumps(rec.answer)
-    entry = Entry(body=body, phase=meta["phase"], override_scope=meta["override_scope"], fresh_until=rec.fresh_until)
-    cache.put(key, cache_key, ticket, entry)
-    RECOMMENDATIONS.labels(phase=meta["phase"], override_scope=meta["override_scope"]).inc()
+    meta = rec.answer.meta
+    body = orjson.dumps(rec.answer.as_dict())
+    cache.put(key, params, ticket, Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until))
+    RECOMMENDATIONS.labels(phase=meta.phase, override_scope=meta.override_scope).inc()
     if rec.job_id is not None:
-        request.app.state.fleet.note(rec.job_id, rec.totals())
+        fleet.note(rec.job_id, rec.totals())
     return _json(body) if output == "json" else _rendered(output, rec.answer, mapping)
-
-
-async def recommendations(request: Request, keys: list[ScopeKey]) -> tuple[dict[ScopeKey, dict[str, Any]], bool]:
-    """The recommendations of jobs another resource refers to (stages, placement), with the
-    default parameters; when the database fails or is slow (the sizing deadline, over the whole
-    read), the ones not read are left out and the reply says ``degraded``."""
-    if not keys:
-        return {}, False
-    deadline = request.app.state.settings.sizing_deadline_ms / 1000
-    policy = policy_of(request)
-    answers: dict[ScopeKey, dict[str, Any]] = {}
-
-    async def read() -> None:
-        async with request.app.state.engine.connect() as conn:
-            for key in keys:
-                answers.update(await sizing_service.fetch_many(conn=conn, keys=[key], policy=policy))
-
-    try:
-        # one deadline for the whole read, connecting included: a database that accepts
-        # connections and never answers costs the caller the deadline, not the connect timeout
-        await within(deadline, read())
-    except DB_FAULTS as exc:
-        if not isinstance(exc, TimeoutError):
-            DATABASE_ERRORS.inc()
-        log.warning("recommendations for another resource degraded: %s", type(exc).__name__)
-        return dict(answers), True  # a copy: the abandoned read may still be winding down
-    return answers, False

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Iterable, Mapping
@@ -14,35 +15,38 @@ from datetime import UTC
 from typing import Any, Literal
 
 from sqlalchemy import bindparam, func, select, tuple_
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service import core
+from service.db import DB_FAULTS, within
 from service.keys import SCOPES, ScopeKey
 from service.observability.fleet import JobTotals
-from service.observability.metrics import CORE_DURATION
+from service.observability.metrics import CORE_DURATION, DATABASE_ERRORS
 from service.overrides import service as overrides_service
 from service.overrides.service import PinRow
 from service.quantity import format_cpu, format_memory
+from service.sizing import answer
 from service.sizing import ceilings as ceilings_service
+from service.sizing.answer import Phase
 from service.sizing.ceilings import Ceiling
+from service.sizing.params import SizingParams
 from service.tables import Job, Run, RunContainer
 from service.wire import to_rfc3339, utcnow
 
-Phase = Literal["unknown", "learning", "confident"]
 _PHASES: tuple[Phase, ...] = ("unknown", "learning", "confident")  # by the core's PHASE_* code
 #: the clean runs a window must reach back to, at least, for the core to tell the phase (rule S4)
 _PHASE_SAMPLES = 3
 #: Specificity of a value's source, for rule O3 (the algorithm is the least specific).
 _RANK = {"algorithm": 0, "org": 1, "repo": 2, "workflow": 3, "job": 4}
-_SOURCE = tuple(_RANK)  # an O3 rank's name, as size_run reports it
+_SOURCE: tuple[answer.Source, ...] = (
+    "algorithm",
+    "org",
+    "repo",
+    "workflow",
+    "job",
+)  # an O3 rank's name, as size_run reports it
 _MIB = core.MIB
-
-
-@dataclass(frozen=True)
-class SizingParams:
-    runs: int = 5
-    buffer: int = 20
-    cpu_percentile: str = "p95"
+log = logging.getLogger("ci_sizer.sizing")
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,7 @@ def _ordered_names(runs: list[HistoryRun]) -> list[str]:
     return list(names)
 
 
-def override_scope(pins: dict[str, PinRow]) -> str:
+def override_scope(pins: dict[str, PinRow]) -> answer.OverrideScope:
     """Rule O4: the most specific scope that supplied at least one field, else "global"."""
     supplied: set[str] = set()
     for column in overrides_service.FIELDS:
@@ -242,7 +246,7 @@ def compute(
     pins: dict[str, PinRow],
     params: SizingParams,
     policy: Policy,
-) -> dict[str, Any]:
+) -> answer.Answer:
     """The answer from the job's history: every rule of the policy is the core's ``size_run``
     (the one the backtest calls before each run), asked for the next run (``i == n``)."""
     runs = history.window[::-1]  # oldest first, as the core reads columns
@@ -258,8 +262,8 @@ def compute(
     pod = [r.pod_memory() for r in runs]
     cpu_pinned = any(o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None for o in pins.values())
     enforced = policy.cpu_sizing_mode == "enforce" or cpu_pinned  # rule S17
-    phase = "unknown"
-    containers = []
+    phase: Phase = "unknown"
+    containers: list[answer.Container] = []
     for name in names:
         rows = [r.containers.get(name) for r in runs]
         s = core.size_run(
@@ -283,63 +287,59 @@ def compute(
         )
         phase = _PHASES[s.phase]
         containers.append(
-            {
-                "name": name,
-                "cpu": {
-                    "request": format_cpu(s.cpu_request),
-                    "limit": format_cpu(s.cpu_limit),
-                    "request_millicores": s.cpu_request,
-                    "limit_millicores": s.cpu_limit,
-                    "enforced": enforced,
-                    "source": {"request": _SOURCE[s.cpu_request_source], "limit": _SOURCE[s.cpu_limit_source]},
-                },
-                "memory": {
-                    "request": format_memory(s.memory_request),
-                    "limit": format_memory(s.memory_limit),
-                    "request_bytes": s.memory_request,
-                    "limit_bytes": s.memory_limit,
-                    "source": {
-                        "request": _SOURCE[s.memory_request_source],
-                        "limit": _SOURCE[s.memory_limit_source],
-                    },
-                },
-                "observed": {
-                    "cpu_millicores": None if s.cpu_observed < 0 else s.cpu_observed,
-                    "memory_bytes": None if s.memory_observed < 0 else s.memory_observed,
-                },
-                "oom": {"consecutive": s.consecutive, "backoff_factor": s.backoff_factor, "capped": bool(s.capped)},
-            }
+            answer.Container(
+                name=name,
+                cpu=answer.Cpu(
+                    request=format_cpu(s.cpu_request),
+                    limit=format_cpu(s.cpu_limit),
+                    request_millicores=s.cpu_request,
+                    limit_millicores=s.cpu_limit,
+                    enforced=enforced,
+                    source=answer.Sources(_SOURCE[s.cpu_request_source], _SOURCE[s.cpu_limit_source]),
+                ),
+                memory=answer.Memory(
+                    request=format_memory(s.memory_request),
+                    limit=format_memory(s.memory_limit),
+                    request_bytes=s.memory_request,
+                    limit_bytes=s.memory_limit,
+                    source=answer.Sources(_SOURCE[s.memory_request_source], _SOURCE[s.memory_limit_source]),
+                ),
+                observed=answer.Observed(
+                    cpu_millicores=None if s.cpu_observed < 0 else s.cpu_observed,
+                    memory_bytes=None if s.memory_observed < 0 else s.memory_observed,
+                ),
+                oom=answer.Oom(consecutive=s.consecutive, backoff_factor=s.backoff_factor, capped=bool(s.capped)),
+            )
         )
     runner_ceiling = ceilings_service.for_org(policy.ceilings, key.org)
     if runner_ceiling is not None:
         for c in containers:
             ceilings_service.clamp(c, runner_ceiling)
-    return {
-        "org": key.org,
-        "repo": key.repo,
-        "workflow": key.workflow,
-        "job": key.job,
-        "containers": containers,
-        "meta": {
-            "phase": phase,
-            "clean_samples": history.clean_samples,
-            "runs_analyzed": min(params.runs, history.clean_samples),  # rule S5
-            "runs": params.runs,
-            "buffer": params.buffer,
-            "cpu_percentile": params.cpu_percentile,
-            "override_scope": override_scope(pins),
-            "cpu_sizing_mode": policy.cpu_sizing_mode,
-            "memory_qos": policy.memory_qos,
-            "node_ceiling_bytes": ceiling,
-            "generated_at": to_rfc3339(utcnow()),
-            "degraded": False,
-        },
-    }
+    return answer.Answer(
+        org=key.org,
+        repo=key.repo,
+        workflow=key.workflow,
+        job=key.job,
+        containers=containers,
+        meta=answer.Meta(
+            phase=phase,
+            clean_samples=history.clean_samples,
+            runs_analyzed=min(params.runs, history.clean_samples),  # rule S5
+            runs=params.runs,
+            buffer=params.buffer,
+            cpu_percentile=params.cpu_percentile,
+            override_scope=override_scope(pins),
+            cpu_sizing_mode=policy.cpu_sizing_mode,
+            memory_qos=policy.memory_qos,
+            node_ceiling_bytes=ceiling,
+            generated_at=to_rfc3339(utcnow()) or "",
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class Recommendation:
-    answer: dict[str, Any]
+    answer: answer.Answer
     job_id: int | None
     #: wall-clock seconds until which the answer holds unless something is written (an applied
     #: override's expiry), else infinity
@@ -347,20 +347,14 @@ class Recommendation:
 
     def totals(self) -> JobTotals:
         """Requests and observed use summed over the containers (for the fleet gauges)."""
-        cs = self.answer["containers"]
-        cpu_request, memory_request = pod_requests(self.answer)
+        cs = self.answer.containers
+        cpu_request, memory_request = self.answer.pod_requests()
         return JobTotals(
             cpu_request_millicores=cpu_request,
-            cpu_observed_millicores=sum(c["observed"]["cpu_millicores"] or 0.0 for c in cs),
+            cpu_observed_millicores=sum(c.observed.cpu_millicores or 0.0 for c in cs),
             memory_request_bytes=memory_request,
-            memory_observed_bytes=sum(c["observed"]["memory_bytes"] or 0 for c in cs),
+            memory_observed_bytes=sum(c.observed.memory_bytes or 0 for c in cs),
         )
-
-
-def pod_requests(answer: dict[str, Any]) -> tuple[int, int]:
-    """An answer's requests summed over its containers: the job's pod size (millicores, bytes)."""
-    cs = answer["containers"]
-    return sum(c["cpu"]["request_millicores"] for c in cs), sum(c["memory"]["request_bytes"] for c in cs)
 
 
 async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
@@ -370,24 +364,50 @@ async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParam
     )
     pins = await overrides_service.applicable(conn=conn, key=key)
     started = time.perf_counter()
-    answer = compute(key=key, history=history, pins=pins, params=params, policy=policy)
+    computed = compute(key=key, history=history, pins=pins, params=params, policy=policy)
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
-    return Recommendation(answer=answer, job_id=job_id, fresh_until=min(expiries, default=math.inf))
+    return Recommendation(answer=computed, job_id=job_id, fresh_until=min(expiries, default=math.inf))
 
 
 async def fetch_many(
     *, conn: AsyncConnection, keys: Iterable[ScopeKey], policy: Policy
-) -> dict[ScopeKey, dict[str, Any]]:
+) -> dict[ScopeKey, answer.Answer]:
     """Each job's answer with the default parameters (overrides included), for other resources."""
     params = SizingParams()
     return {k: (await recommend(conn=conn, key=k, params=params, policy=policy)).answer for k in keys}
 
 
-def degraded(*, key: ScopeKey, last: dict[str, Any] | None, params: SizingParams, policy: Policy) -> dict[str, Any]:
+def degraded(*, key: ScopeKey, last: answer.Answer | None, params: SizingParams, policy: Policy) -> answer.Answer:
     """The answer when the database cannot be read in time: the last answer served for the job,
     else the unknown-phase defaults (without overrides, which cannot be read either); both
     marked ``meta.degraded``."""
-    answer = last if last is not None else compute(key=key, history=History(), pins={}, params=params, policy=policy)
-    answer["meta"]["degraded"] = True
-    return answer
+    fallback = last if last is not None else compute(key=key, history=History(), pins={}, params=params, policy=policy)
+    return fallback.marked_degraded()
+
+
+async def answers_for(
+    *, engine: AsyncEngine, keys: list[ScopeKey], policy: Policy, deadline: float
+) -> tuple[dict[ScopeKey, answer.Answer], bool]:
+    """The answers of jobs another resource refers to (stages, placement, simulations), with the
+    default parameters; when the database fails or is slow (``deadline`` seconds over the whole
+    read), the ones not read are left out and the second value says ``degraded``."""
+    if not keys:
+        return {}, False
+    answers: dict[ScopeKey, answer.Answer] = {}
+
+    async def read() -> None:
+        async with engine.connect() as conn:
+            for key in keys:
+                answers.update(await fetch_many(conn=conn, keys=[key], policy=policy))
+
+    try:
+        # one deadline for the whole read, connecting included: a database that accepts
+        # connections and never answers costs the caller the deadline, not the connect timeout
+        await within(deadline, read())
+    except DB_FAULTS as exc:
+        if not isinstance(exc, TimeoutError):
+            DATABASE_ERRORS.inc()
+        log.warning("recommendations for another resource degraded: %s", type(exc).__name__)
+        return dict(answers), True  # a copy: the abandoned read may still be winding down
+    return answers, False

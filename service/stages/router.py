@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
 from service.auth import AuthenticatedRoute, ReadPrincipal
+from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
-from service.sizing.router import recommendations
+from service.sizing import service as sizing_service
 from service.stages import service as stages_service
 from service.stages.schemas import StageCompute, StagePublic
 
@@ -20,7 +21,9 @@ router = APIRouter(prefix="/api/v1", tags=["stages"], route_class=AuthenticatedR
     response_model=StagePublic,
     responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden),
 )
-async def compute_stage(body: StageCompute, request: Request, principal: ReadPrincipal) -> dict[str, Any]:
+async def compute_stage(
+    body: StageCompute, principal: ReadPrincipal, settings: SettingsDep, engine: EngineDep, policy: PolicyDep
+) -> dict[str, Any]:
     """The stage (lite-engine) container, each background container, the pod's scheduling request
     and sum of limits, and every step's final limit, for a tree of steps, parallel blocks and
     groups. With ``options.use_recommendations``, a step that references a job and leaves a limit
@@ -30,5 +33,7 @@ async def compute_stage(body: StageCompute, request: Request, principal: ReadPri
     keys = stages_service.wanted_jobs(body, items)
     for key in keys:
         principal.ensure_org(key.org)
-    answers, degraded = await recommendations(request, keys)
+    answers, degraded = await sizing_service.answers_for(
+        engine=engine, keys=keys, policy=policy, deadline=settings.sizing_deadline_ms / 1000
+    )
     return stages_service.compose(body, items, answers, degraded=degraded)

@@ -21,6 +21,7 @@ from service import core
 from service.errors import InvalidInput
 from service.keys import ScopeKey
 from service.quantity import QuantityError, format_cpu, format_memory
+from service.sizing.answer import Answer, Container
 from service.stages.schemas import (
     STAGE_EXPRESSION,
     STAGE_MAX_DEPTH,
@@ -197,18 +198,18 @@ class _Limits:
     source: dict[str, Any]
 
 
-def _container_of(answer: dict[str, Any], wanted: str | None) -> dict[str, Any] | str:
+def _container_of(answer: Answer, wanted: str | None) -> Container | str:
     """The referenced container of a job's answer, or the message of a 422."""
-    containers = answer["containers"]
-    names = ", ".join(c["name"] for c in containers)
-    job = "/".join((answer["org"], answer["repo"], answer["workflow"], answer["job"]))
+    containers = answer.containers
+    names = ", ".join(c.name for c in containers)
+    job = "/".join((answer.org, answer.repo, answer.workflow, answer.job))
     if wanted is None:
         if len(containers) == 1:
-            return dict(containers[0])
+            return containers[0]
         return f"job {job} has containers {names}: name one in job.container"
     for c in containers:
-        if c["name"] == wanted:
-            return dict(c)
+        if c.name == wanted:
+            return c
     return f"job {job} has no container {wanted!r} (it has {names})"
 
 
@@ -265,7 +266,7 @@ def _declared(flat: Flat, harness: bool, errors: list[dict[str, str]]) -> tuple[
 def _resolve(
     flat: Flat,
     body: StageCompute,
-    answers: Mapping[ScopeKey, dict[str, Any]],
+    answers: Mapping[ScopeKey, Answer],
     errors: list[dict[str, str]],
     declared: tuple[int | None, int | None],
 ) -> _Limits:
@@ -281,7 +282,7 @@ def _resolve(
         if answer is None:
             source["note"] = "the sizer did not answer in time: defaults"
         else:
-            phase = answer["meta"]["phase"]
+            phase = answer.meta.phase
             source["phase"] = phase
             if phase == "unknown":
                 source["note"] = "the job has no clean runs yet: defaults"
@@ -290,8 +291,8 @@ def _resolve(
                 if isinstance(picked, str):
                     errors.append({"field": f"body{flat.path}/job/container", "message": picked})
                 else:
-                    recommended = (picked["cpu"]["limit_millicores"], -(-picked["memory"]["limit_bytes"] // _MIB))
-                    source["override_scope"] = answer["meta"]["override_scope"]
+                    recommended = (picked.cpu.limit_millicores, -(-picked.memory.limit_bytes // _MIB))
+                    source["override_scope"] = answer.meta.override_scope
     values = []
     for i, name, own in ((0, "cpu", declared[0]), (1, "memory", declared[1])):
         if own is not None:
@@ -418,7 +419,7 @@ def _nested_parallel(items: list[Flat]) -> None:
 def compose(
     body: StageCompute,
     items: list[Flat],
-    answers: Mapping[ScopeKey, dict[str, Any]],
+    answers: Mapping[ScopeKey, Answer],
     *,
     degraded: bool = False,
     composer: Callable[..., tuple[list[int], list[int], int, int, int, int, int]] | None = None,

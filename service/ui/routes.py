@@ -32,6 +32,8 @@ from service.quantity import format_cpu, format_memory
 from service.simulations import engine as simulate
 from service.sizing import formats
 from service.sizing import service as sizing_service
+from service.sizing.answer import Answer
+from service.sizing.params import SizingParams
 from service.wire import NAME_MAX, to_rfc3339
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -157,11 +159,11 @@ def _quantity(column: str, value: int | None) -> str | None:
     return format_cpu(value) if column.startswith("cpu") else format_memory(value)
 
 
-def resolution(pins: dict[str, Any], answer: dict[str, Any]) -> list[FieldResolution]:
+def resolution(pins: dict[str, Any], answer: Answer) -> list[FieldResolution]:
     """Field by field: the value pinned at each scope, and what the answer's first container
     resolved to (rules O2-O3) with the scope it came from."""
     out = []
-    first = answer["containers"][0] if answer["containers"] else None
+    first = answer.containers[0] if answer.containers else None
     for column in FIELDS:
         kind, _, rest = column.partition("_")
         which = rest.split("_")[0]  # request / limit
@@ -171,12 +173,13 @@ def resolution(pins: dict[str, Any], answer: dict[str, Any]) -> list[FieldResolu
         if first is None:
             effective, source = "-", "-"
         else:
-            effective, source = first[kind][which], first[kind]["source"][which]
+            block = getattr(first, kind)
+            effective, source = getattr(block, which), getattr(block.source, which)
         out.append(FieldResolution(f"{kind}.{which}", by_scope, effective, source))
     return out
 
 
-def runs_plot(rows: list[Any], answer: dict[str, Any]) -> str | None:
+def runs_plot(rows: list[Any], answer: Answer) -> str | None:
     """Each run's memory peak against the limit it ran with and the current answer, per container
     (GiB), OOM kills marked."""
     if not rows:
@@ -184,7 +187,7 @@ def runs_plot(rows: list[Any], answer: dict[str, Any]) -> str | None:
     order: dict[int, int] = {}
     for r in rows:
         order.setdefault(r.id, len(order) + 1)
-    limits = {c["name"]: c["memory"]["limit_bytes"] for c in answer["containers"]}
+    limits = {c.name: c.memory.limit_bytes for c in answer.containers}
     names = list(dict.fromkeys(r.name for r in rows))[:4]
     panels = []
     markers = []
@@ -220,25 +223,26 @@ async def job_view(
     jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
     key = ScopeKey(org, repo, workflow, job)
     principal.ensure_org(key.org)
-    params = sizing_service.SizingParams()
+    params = SizingParams()
     async with request.app.state.engine.connect() as conn:
         policy = sizing_service.Policy.of(request.app.state.settings, request.app.state.ceilings)
         rec = await sizing_service.recommend(conn=conn, key=key, params=params, policy=policy)
         pins = await overrides_service.applicable(conn=conn, key=key)
         rows = [] if rec.job_id is None else await jobs_service.recent_runs(conn=conn, job_id=rec.job_id)
     answer = rec.answer
+    wire = answer.as_dict()
     rendered = {name: render_format(answer, None) for name, render_format in formats.RENDERERS.items()}
     return render(
         "job.html",
         key=key,
-        answer=answer,
-        meta=answer["meta"],
+        answer=wire,
+        meta=wire["meta"],
         formats={name: text for name, (_, text) in rendered.items()},
         resolution=resolution(pins, answer),
         scopes=SCOPES,
         plot=runs_plot(rows, answer),
         admin=is_admin(principal),
-        answer_json=orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode(),
+        answer_json=orjson.dumps(wire, option=orjson.OPT_INDENT_2).decode(),
     )
 
 

@@ -22,6 +22,7 @@ from service.keys import ScopeKey
 from service.overrides.service import FIELDS
 from service.runs.service import is_oom_suspect
 from service.sizing import service as sizing_service
+from service.sizing.params import SizingParams
 
 from .conftest import PURE, compiled
 
@@ -365,7 +366,7 @@ def raw_run(draw: st.DrawFn) -> RawRun:
     )
 
 
-def history_of(runs: list[RawRun], params: sizing_service.SizingParams) -> sizing_service.History:
+def history_of(runs: list[RawRun], params: SizingParams) -> sizing_service.History:
     """What ``load_history`` reads from the database for these runs (rule S3, S5)."""
     h = sizing_service.History(clean_samples=sum(r.clean for r in runs))
     h.newest_node_memory_bytes = next((r.node for r in reversed(runs) if r.node is not None), None)
@@ -387,7 +388,7 @@ def history_of(runs: list[RawRun], params: sizing_service.SizingParams) -> sizin
 
 
 def answer_via_core(
-    core: ModuleType, runs: list[RawRun], pins: dict[str, Any], params: sizing_service.SizingParams,
+    core: ModuleType, runs: list[RawRun], pins: dict[str, Any], params: SizingParams,
     policy: sizing_service.Policy, code: int = CI,
 ) -> tuple[int, list[tuple[str, Any]]]:  # fmt: skip
     """The design note's adapter: the live answer's containers from ``size_run`` at ``i == n``."""
@@ -459,10 +460,13 @@ def test_size_run_at_n_is_the_live_answer(
 ) -> None:  # fmt: skip
     """Rules S3-S17 and O2-O3: today's ``compute()`` and ``size_run(i = n)`` agree container by
     container: values, sources, observed use, the OOM streak, the backoff factor and capped."""
-    params = sizing_service.SizingParams(runs=n_runs, buffer=buffer, cpu_percentile=percentile)
+    params = SizingParams(runs=n_runs, buffer=buffer, cpu_percentile=percentile)
     policy = sizing_service.Policy(memory_qos=qos, max_memory=max_memory, max_backoff_memory=max_backoff)
     key = ScopeKey("o", "r", "w", "j")
-    answer = sizing_service.compute(key=key, history=history_of(runs, params), pins=pins, params=params, policy=policy)
+    # the wire shape: the typed answer as the API renders it
+    answer = sizing_service.compute(
+        key=key, history=history_of(runs, params), pins=pins, params=params, policy=policy
+    ).as_dict()
     phase, got = answer_via_core(core, runs, pins, params, policy)
     assert ["unknown", "learning", "confident"][phase] == answer["meta"]["phase"]
     assert [name for name, _ in got] == [c["name"] for c in answer["containers"]]

@@ -1,0 +1,84 @@
+"""Typed dependency aliases for what the app keeps in ``app.state`` (built by the lifespan in
+``main.py``): routes ask for ``SettingsDep``, ``EngineDep``, ``AnswersDep``... and never read
+``request.app.state`` themselves."""
+
+from __future__ import annotations
+
+from typing import Annotated, cast
+
+from fastapi import Depends, Request
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.analyses import Limits
+from service.cache import AnswerCache
+from service.jobs.service import SummaryRefresher
+from service.observability.fleet import FleetTracker
+from service.runs.bodies import Reducer
+from service.runs.retention import Pruner
+from service.runs.service import JobIds
+from service.settings import Settings
+from service.sizing.service import Policy
+
+
+def settings(request: Request) -> Settings:
+    return cast(Settings, request.app.state.settings)
+
+
+def engine(request: Request) -> AsyncEngine:
+    """The read engine (PostgreSQL: the pool sized for reads; SQLite: the one engine)."""
+    return cast(AsyncEngine, request.app.state.engine)
+
+
+def write_engine(request: Request) -> AsyncEngine:
+    return cast(AsyncEngine, request.app.state.write_engine)
+
+
+def answers(request: Request) -> AnswerCache:
+    return cast(AnswerCache, request.app.state.answers)
+
+
+def policy(request: Request) -> Policy:
+    """The sizing policy the settings and the runner ceilings configure."""
+    state = request.app.state
+    return Policy.of(state.settings, state.ceilings)
+
+
+def fleet(request: Request) -> FleetTracker:
+    return cast(FleetTracker, request.app.state.fleet)
+
+
+def summaries(request: Request) -> SummaryRefresher:
+    return cast(SummaryRefresher, request.app.state.summaries)
+
+
+def pruner(request: Request) -> Pruner:
+    return cast(Pruner, request.app.state.pruner)
+
+
+def job_ids(request: Request) -> JobIds:
+    return cast(JobIds, request.app.state.job_ids)
+
+
+def bodies(request: Request) -> Reducer:
+    return cast(Reducer, request.app.state.bodies)
+
+
+def analysis_limits(request: Request) -> Limits:
+    return cast(Limits, request.app.state.analysis_limits)
+
+
+def analysis_tasks(request: Request) -> set[object]:
+    return cast(set[object], request.app.state.analysis_tasks)
+
+
+SettingsDep = Annotated[Settings, Depends(settings)]
+EngineDep = Annotated[AsyncEngine, Depends(engine)]
+WriteEngineDep = Annotated[AsyncEngine, Depends(write_engine)]
+AnswersDep = Annotated[AnswerCache, Depends(answers)]
+PolicyDep = Annotated[Policy, Depends(policy)]
+FleetDep = Annotated[FleetTracker, Depends(fleet)]
+SummariesDep = Annotated[SummaryRefresher, Depends(summaries)]
+PrunerDep = Annotated[Pruner, Depends(pruner)]
+JobIdsDep = Annotated[JobIds, Depends(job_ids)]
+AnalysisLimitsDep = Annotated[Limits, Depends(analysis_limits)]
+AnalysisTasksDep = Annotated[set[object], Depends(analysis_tasks)]

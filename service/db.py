@@ -10,7 +10,8 @@ read-then-write transaction cannot upgrade its lock. On PostgreSQL both are the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
@@ -147,33 +148,59 @@ def build_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
 
 
-async def _unit_of_work(
-    maker: async_sessionmaker[AsyncSession],
-) -> AsyncIterator[AsyncSession]:
+class UnitOfWork:
+    """One transaction of a request or of a background task, and the one place that commits.
+
+    Work that must follow the commit (this worker's cache invalidated so it reads its own writes,
+    the job noted for retention) is registered with ``after_commit`` and runs only once the commit
+    succeeded; a rollback drops it."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+        self._after: list[Callable[[], None]] = []
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        self._after.append(callback)
+
+    async def commit(self) -> None:
+        await self.session.commit()
+        callbacks, self._after = self._after, []
+        for callback in callbacks:
+            callback()
+
+    async def rollback(self) -> None:
+        self._after.clear()
+        await self.session.rollback()
+
+
+@asynccontextmanager
+async def unit_of_work(maker: async_sessionmaker[AsyncSession]) -> AsyncIterator[UnitOfWork]:
+    """Commit when the block ends (a no-op when the work already committed), roll back when it raises."""
     async with maker() as session:
+        uow = UnitOfWork(session)
         try:
-            yield session
-            await session.commit()
+            yield uow
+            await uow.commit()
         except BaseException:
-            await session.rollback()
+            await uow.rollback()
             raise
 
 
-async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
+async def get_unit_of_work(request: Request) -> AsyncIterator[UnitOfWork]:
     """Unit of work per request: commit when the route returns, roll back when it raises.
 
     Declared with ``scope="function"``: the commit happens before the response is sent, so a
-    201 is only ever answered for a run that is committed.
+    201 is only ever answered for what is committed.
     """
-    async for session in _unit_of_work(request.app.state.sessionmaker):
-        yield session
+    async with unit_of_work(request.app.state.sessionmaker) as uow:
+        yield uow
 
 
-async def get_write_session(request: Request) -> AsyncIterator[AsyncSession]:
+async def get_write_unit_of_work(request: Request) -> AsyncIterator[UnitOfWork]:
     """The same unit of work on the write engine (``BEGIN IMMEDIATE`` on SQLite)."""
-    async for session in _unit_of_work(request.app.state.write_sessionmaker):
-        yield session
+    async with unit_of_work(request.app.state.write_sessionmaker) as uow:
+        yield uow
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
-WriteSessionDep = Annotated[AsyncSession, Depends(get_write_session, scope="function")]
+UnitOfWorkDep = Annotated[UnitOfWork, Depends(get_unit_of_work, scope="function")]
+WriteUnitOfWorkDep = Annotated[UnitOfWork, Depends(get_write_unit_of_work, scope="function")]

@@ -15,6 +15,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
+from service.db import unit_of_work
 from service.observability.metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY, OVERRIDES
 from service.tables import Job, Override
 from service.wire import utcnow
@@ -54,9 +55,8 @@ class FleetTracker:
             for job_id, t in batch.items()
         ]
         try:
-            async with maker() as session:
-                await session.execute(update(Job), rows)
-                await session.commit()
+            async with unit_of_work(maker) as uow:
+                await uow.session.execute(update(Job), rows)
         except Exception as exc:  # keep the notes for the next try; newer notes win
             DATABASE_ERRORS.inc()
             log.warning("fleet totals not written: %s", type(exc).__name__)

@@ -7,11 +7,12 @@ from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from service import changes
 from service.auth import AdminPrincipal, AuthenticatedRoute, ReadPrincipal
-from service.db import SessionDep, WriteSessionDep
+from service.cache import AnswerCache
+from service.db import UnitOfWork, UnitOfWorkDep, WriteUnitOfWorkDep
+from service.deps import AnswersDep, SummariesDep
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -22,6 +23,7 @@ from service.errors import (
     Unauthorized,
     problem_responses,
 )
+from service.jobs.service import SummaryRefresher
 from service.keys import Scope, ScopeKey
 from service.overrides import service as overrides_service
 from service.overrides.service import ListFilter, Pins
@@ -173,7 +175,7 @@ def pins_of(body: OverridePut) -> Pins:
 async def list_overrides(
     request: Request,
     response: Response,
-    session: SessionDep,
+    uow: UnitOfWorkDep,
     principal: ReadPrincipal,
     org: Annotated[str | None, Query(max_length=200)] = None,
     repo: Annotated[str | None, Query(max_length=200)] = None,
@@ -189,7 +191,7 @@ async def list_overrides(
         principal.ensure_org(org)
     after = overrides_service.decode_cursor(cursor) if cursor else 0
     rows, more = await overrides_service.list_overrides(
-        session=session,
+        session=uow.session,
         flt=ListFilter(org=org, repo=repo, workflow=workflow, job=job, scope=scope),
         after_id=after,
         limit=limit,
@@ -215,12 +217,12 @@ _SCOPE_PATHS: tuple[tuple[str, KeyDep], ...] = (
 Endpoint = Callable[..., Coroutine[Any, Any, Any]]
 
 
-async def _commit_change(request: Request, session: AsyncSession) -> None:
-    """Commit an override write, then mark every cached sizing answer stale: here at once, and in
+async def _on_commit(uow: UnitOfWork, answers: AnswerCache, summaries: SummaryRefresher, key: ScopeKey) -> None:
+    """Once the override write commits, every cached sizing answer is stale: here at once, and in
     other workers through the change feed (an override can bear on any number of jobs)."""
-    await changes.publish(session, None, request.app.state.answers.origin)
-    await session.commit()
-    request.app.state.answers.invalidate_all()
+    await changes.publish(uow.session, None, answers.origin)
+    uow.after_commit(answers.invalidate_all)
+    uow.after_commit(lambda: summaries.note_scope(key))
 
 
 def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
@@ -229,11 +231,11 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
     async def get_override(
         key: Key,
         response: Response,
-        session: SessionDep,
+        uow: UnitOfWorkDep,
         principal: ReadPrincipal,
     ) -> OverridePublic:
         principal.ensure_org(key.org)
-        found = await overrides_service.get(session=session, key=key)
+        found = await overrides_service.get(session=uow.session, key=key)
         if found is None:
             raise NotFound(f"no override at {key.scope} scope")
         public = to_public(found)
@@ -243,9 +245,10 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
     async def put_override(
         key: Key,
         body: OverridePut,
-        request: Request,
         response: Response,
-        session: WriteSessionDep,
+        uow: WriteUnitOfWorkDep,
+        answers: AnswersDep,
+        summaries: SummariesDep,
         principal: AdminPrincipal,
         if_match: Annotated[str | None, Header()] = None,
         if_none_match: Annotated[str | None, Header()] = None,
@@ -253,15 +256,14 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
         principal.ensure_org(key.org)
         pins = pins_of(body)
         saved, created = await overrides_service.put(
-            session=session,
+            session=uow.session,
             key=key,
             pins=pins,
             updated_by=principal.name,
             if_match=if_match,
             if_none_match=if_none_match,
         )
-        await _commit_change(request, session)
-        request.app.state.summaries.note_scope(key)
+        await _on_commit(uow, answers, summaries, key)
         public = to_public(saved)
         response.status_code = 201 if created else 200
         response.headers["ETag"] = public.etag
@@ -269,15 +271,15 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
 
     async def delete_override(
         key: Key,
-        request: Request,
-        session: WriteSessionDep,
+        uow: WriteUnitOfWorkDep,
+        answers: AnswersDep,
+        summaries: SummariesDep,
         principal: AdminPrincipal,
         if_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         principal.ensure_org(key.org)
-        await overrides_service.delete(session=session, key=key, if_match=if_match)
-        await _commit_change(request, session)
-        request.app.state.summaries.note_scope(key)
+        await overrides_service.delete(session=uow.session, key=key, if_match=if_match)
+        await _on_commit(uow, answers, summaries, key)
         return Response(status_code=204)
 
     return get_override, put_override, delete_override

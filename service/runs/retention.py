@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service import changes
 from service.cache import AnswerCache
+from service.db import unit_of_work
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS, RETENTION_BACKLOG, RETENTION_PRUNED
 from service.tables import Job, Run
@@ -90,11 +91,10 @@ class Pruner:
         for job_id, key in sorted(jobs.items()):
             try:
                 while True:
-                    async with maker() as session:
-                        gone = await prune_job(session=session, job_id=job_id, keep=self.keep)
+                    async with unit_of_work(maker) as uow:
+                        gone = await prune_job(session=uow.session, job_id=job_id, keep=self.keep)
                         if gone:
-                            await changes.publish(session, key, cache.origin)
-                        await session.commit()
+                            await changes.publish(uow.session, key, cache.origin)
                     removed += gone
                     if gone:
                         cache.invalidate(key)

@@ -6,18 +6,19 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from datetime import timedelta
 from http import HTTPStatus
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession
 
-from service import changes
+from service import changes, deps
 from service.auth import AuthenticatedRoute, IngestPrincipal
-from service.db import WriteSessionDep
+from service.db import UnitOfWork, WriteUnitOfWorkDep
+from service.deps import AnswersDep, JobIdsDep, PrunerDep, SettingsDep, SummariesDep
 from service.errors import (
     BadRequest,
     Conflict,
@@ -34,6 +35,7 @@ from service.observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
 from service.runs import bodies
 from service.runs import service as runs_service
 from service.runs.schemas import BatchItemPublic, RunCreate, RunPublic, RunsBatchCreate, RunsBatchPublic
+from service.settings import Settings
 from service.wire import utcnow
 
 log = logging.getLogger("ci_sizer.runs")
@@ -61,7 +63,7 @@ class FastJsonRoute(AuthenticatedRoute):
             body = await request.body()
             if body and reduce is not None and len(body) >= bodies.MIN_BYTES:
                 try:
-                    reduced = await request.app.state.bodies.run(reduce, body)
+                    reduced = await deps.bodies(request).run(reduce, body)
                 except Exception as exc:  # the worker died: parse on the loop, as for any body
                     log.warning("large body not reduced in the worker: %s", type(exc).__name__)
                     reduced = None
@@ -79,9 +81,22 @@ class FastJsonRoute(AuthenticatedRoute):
 router = APIRouter(prefix="/api/v1", tags=["runs"], route_class=FastJsonRoute)
 
 
-def _time_errors(request: Request, body: RunCreate, where: str) -> list[dict[str, str]]:
+@dataclass(frozen=True)
+class Ingest:
+    """What storing a run needs from the app, as typed dependencies."""
+
+    settings: SettingsDep
+    answers: AnswersDep
+    job_ids: JobIdsDep
+    pruner: PrunerDep
+    summaries: SummariesDep
+
+
+IngestDep = Annotated[Ingest, Depends()]
+
+
+def _time_errors(settings: Settings, body: RunCreate, where: str) -> list[dict[str, str]]:
     """The run's timestamps outside the window the settings allow, named under ``where``."""
-    settings = request.app.state.settings
     errors = runs_service.time_errors(
         body,
         now=utcnow(),
@@ -91,19 +106,22 @@ def _time_errors(request: Request, body: RunCreate, where: str) -> list[dict[str
     return [{**e, "field": f"{where}/{e['field']}"} for e in errors]
 
 
-async def _store(request: Request, session: AsyncSession, body: RunCreate) -> RunPublic:
+async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     """Ingest and commit one run within the ingest timeout. Only a committed run is answered
     201; a database that is down or too slow is a 503 to retry (a retry of a run that did commit
     is answered 200, rule I4)."""
-    settings = request.app.state.settings
-
+    settings = app.settings
     key = ScopeKey(body.org, body.repo, body.workflow, body.job)
 
     async def work() -> runs_service.Ingested:
-        done = await runs_service.ingest(session=session, body=body, job_ids=request.app.state.job_ids)
+        done = await runs_service.ingest(session=uow.session, body=body, job_ids=app.job_ids)
         if done.run.result == "created":
-            await changes.publish(session, key, request.app.state.answers.origin)  # to other workers, on commit
-        await session.commit()
+            await changes.publish(uow.session, key, app.answers.origin)  # to other workers, on commit
+            # after the commit: this worker reads its own writes
+            uow.after_commit(lambda: app.answers.invalidate(key))
+            uow.after_commit(lambda: app.pruner.note(done.job_id, key))
+            uow.after_commit(lambda: app.summaries.note(done.job_id, key))
+        await uow.commit()
         return done
 
     try:
@@ -114,12 +132,8 @@ async def _store(request: Request, session: AsyncSession, body: RunCreate) -> Ru
             headers={"Retry-After": "2"},
         ) from None
     RUNS_INGESTED.labels(result=done.run.result).inc()
-    if done.run.result == "created":
-        request.app.state.answers.invalidate(key)  # after the commit: this worker reads its own writes
-        request.app.state.pruner.note(done.job_id, key)
-        request.app.state.summaries.note(done.job_id, key)
-        if not done.run.clean:
-            OOM_SUSPECT_RUNS.inc()
+    if done.run.result == "created" and not done.run.clean:
+        OOM_SUSPECT_RUNS.inc()
     return done.run
 
 
@@ -133,16 +147,16 @@ async def _store(request: Request, session: AsyncSession, body: RunCreate) -> Ru
     },
 )
 async def post_run(
-    request: Request, body: RunCreate, response: Response, session: WriteSessionDep, principal: IngestPrincipal
+    body: RunCreate, response: Response, uow: WriteUnitOfWorkDep, app: IngestDep, principal: IngestPrincipal
 ) -> RunPublic:
     """Store one finished run; 201 when new, 200 when already stored with the same content,
     409 when stored with other content (rule I4), 503 with Retry-After when the database fails."""
     principal.ensure_org(body.org)
-    errors = _time_errors(request, body, "body")
+    errors = _time_errors(app.settings, body, "body")
     if errors:
         RUNS_INGESTED.labels(result="rejected").inc()
         raise InvalidInput("invalid run: " + ", ".join(e["field"] for e in errors), errors=errors)
-    run = await _store(request, session, body)
+    run = await _store(app, uow, body)
     response.status_code = 201 if run.result == "created" else 200
     return run
 
@@ -157,7 +171,7 @@ def _problem(status: int, type_: str, **fields: Any) -> dict[str, Any]:
     responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
 )
 async def post_runs_batch(
-    request: Request, body: RunsBatchCreate, session: WriteSessionDep, principal: IngestPrincipal
+    body: RunsBatchCreate, uow: WriteUnitOfWorkDep, app: IngestDep, principal: IngestPrincipal
 ) -> RunsBatchPublic:
     """Store up to 500 runs; each is answered on its own, by index, and one bad run does not
     block the others. Every run answered 201 is committed."""
@@ -171,7 +185,7 @@ async def post_runs_batch(
             problem = _problem(422, InvalidInput.type_, errors=errors)
             results.append(BatchItemPublic(index=index, status=422, result="rejected", problem=problem))
             continue
-        errors = _time_errors(request, run_body, f"body/runs/{index}")
+        errors = _time_errors(app.settings, run_body, f"body/runs/{index}")
         if errors:
             RUNS_INGESTED.labels(result="rejected").inc()
             problem = _problem(422, InvalidInput.type_, errors=errors)
@@ -184,9 +198,9 @@ async def post_runs_batch(
             results.append(BatchItemPublic(index=index, status=403, result="rejected", problem=problem))
             continue
         try:
-            run = await _store(request, session, run_body)
+            run = await _store(app, uow, run_body)
         except Conflict as exc:
-            await session.rollback()
+            await uow.rollback()
             RUNS_INGESTED.labels(result="conflict").inc()
             problem = _problem(409, Conflict.type_, detail=exc.detail)
             results.append(BatchItemPublic(index=index, status=409, result="conflict", problem=problem))

@@ -17,7 +17,6 @@ import re
 from typing import NamedTuple, cast
 from urllib.parse import parse_qsl
 
-import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import TokenStore, principal_from
@@ -142,4 +141,4 @@ class CachedSizing:
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
         if params.output == "json":
             return "application/json", hit.body
-        return formats.render(params.output, orjson.loads(hit.body), params.mapping)
+        return formats.render(params.output, hit.answer, params.mapping)

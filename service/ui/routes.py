@@ -21,6 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from service import analyses
 from service.auth import Principal, ReadPrincipal
 from service.backtests import service as backtest_service
+from service.db import unit_of_work
 from service.errors import NotFound
 from service.jobs import service as jobs_service
 from service.jobs.service import Sort
@@ -267,9 +268,9 @@ async def overrides_view(
     if org:
         principal.ensure_org(org)
     after = overrides_service.decode_cursor(cursor) if cursor else 0
-    async with request.app.state.sessionmaker() as session:
+    async with unit_of_work(request.app.state.sessionmaker) as uow:
         rows, more = await overrides_service.list_overrides(
-            session=session,
+            session=uow.session,
             flt=ListFilter(org=org or None, repo=repo or None, workflow=workflow or None, job=job or None),
             after_id=after,
             limit=PAGE_SIZE,
@@ -319,8 +320,8 @@ async def override_form(
         return render("override_form.html", key=None, current=None, admin=is_admin(principal))
     key = _scope_key(org, repo, workflow, job)
     principal.ensure_org(key.org)
-    async with request.app.state.sessionmaker() as session:
-        found = await overrides_service.get(session=session, key=key)
+    async with unit_of_work(request.app.state.sessionmaker) as uow:
+        found = await overrides_service.get(session=uow.session, key=key)
     return render(
         "override_form.html" if view == "form" else "override_current.html",
         key=key,

@@ -17,6 +17,7 @@ from service.cache import AnswerCache, CacheKey, Entry
 from service.changes import CHANNEL
 from service.keys import ScopeKey
 from service.sizing import service as sizing_service
+from service.sizing.history import History
 
 from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
 
@@ -26,9 +27,7 @@ P = CacheKey(5, 20, "p95")
 
 def entry(body: bytes = b"{}", fresh_until: float = float("inf")) -> Entry:
     # an unseen job's answer (the unknown-phase defaults), as the sizing service computes it
-    answer = sizing_service.compute(
-        key=KEY, history=sizing_service.History(), pins={}, params=P, policy=sizing_service.Policy()
-    )
+    answer = sizing_service.compute(key=KEY, history=History(), pins={}, params=P, policy=sizing_service.Policy())
     return Entry(answer=answer, body=body, fresh_until=fresh_until)
 
 

@@ -22,6 +22,7 @@ from service.keys import ScopeKey
 from service.overrides.service import FIELDS
 from service.runs.service import is_oom_suspect
 from service.sizing import service as sizing_service
+from service.sizing.history import History, HistoryRun
 from service.sizing.params import SizingParams
 
 from .conftest import PURE, compiled
@@ -366,9 +367,9 @@ def raw_run(draw: st.DrawFn) -> RawRun:
     )
 
 
-def history_of(runs: list[RawRun], params: SizingParams) -> sizing_service.History:
+def history_of(runs: list[RawRun], params: SizingParams) -> History:
     """What ``load_history`` reads from the database for these runs (rule S3, S5)."""
-    h = sizing_service.History(clean_samples=sum(r.clean for r in runs))
+    h = History(clean_samples=sum(r.clean for r in runs))
     h.newest_node_memory_bytes = next((r.node for r in reversed(runs) if r.node is not None), None)
     start = 0
     if h.clean_samples:
@@ -377,7 +378,7 @@ def history_of(runs: list[RawRun], params: SizingParams) -> sizing_service.Histo
         start = clean_idx[-reach] if len(clean_idx) >= reach else clean_idx[0]
     for k in range(len(runs) - 1, start - 1, -1):
         r = runs[k]
-        hr = sizing_service.HistoryRun(id=k, clean=r.clean, pod_memory_peak_bytes=r.pod)
+        hr = HistoryRun(id=k, clean=r.clean, pod_memory_peak_bytes=r.pod)
         for c in r.containers:
             hr.containers[c.name] = SimpleNamespace(
                 **dict(zip(_STAT_NAMES, c.stats, strict=True)), memory_peak_bytes=c.mem, memory_limit_bytes=c.limit,

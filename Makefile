@@ -22,7 +22,7 @@ test: install  ## the test suite (SQLite and PostgreSQL)
 	$(PY) -m pytest -q
 
 test-pure: install  ## core and sizing tests on the pure-Python reference
-	CI_SIZER_PURE_PYTHON=1 $(PY) -m pytest -q tests/core tests/test_sizing_api.py tests/test_golden.py tests/test_policy_parity.py
+	CI_SIZER_PURE_PYTHON=1 $(PY) -m pytest -q tests/core tests/sizing/test_sizing_api.py tests/sizing/test_golden.py tests/sizing/test_policy_parity.py
 
 run: install  ## serve on the embedded SQLite default
 	$(VENV)/bin/ci-sizer serve

@@ -16,7 +16,7 @@ import pytest
 from .conftest import _clean
 from .helpers import container, run, sizing_path
 from .live import LiveServer
-from .test_metrics import samples, value
+from .observability.test_metrics import samples, value
 
 
 @pytest.fixture

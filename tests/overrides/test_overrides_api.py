@@ -10,7 +10,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from .helpers import GIB, JOB, MIB, container, post_runs, run, sizing
+from ..helpers import GIB, JOB, MIB, container, post_runs, run, sizing
 
 ORG = "/api/v1/sizing/overrides/acme"
 REPO = ORG + "/web"

@@ -10,9 +10,9 @@ import yaml
 
 from service.quantity import parse_memory_bytes
 
-from .helpers import container, post_runs, run, sizing
+from ..helpers import container, post_runs, run, sizing
 
-SCENARIOS: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent / "golden" / "sizing.yaml").read_text())
+SCENARIOS: list[dict[str, Any]] = yaml.safe_load((Path(__file__).parent.parent / "golden" / "sizing.yaml").read_text())
 
 
 def _mem(value: Any) -> int:

@@ -26,10 +26,10 @@ import pytest
 from service.sizing.formats import RENDERERS
 from service.wire import utcnow
 
-from .conftest import _clean
-from .helpers import GIB, MIB
-from .live import LiveServer
-from .test_auth import SECRETS, write_tokens
+from ..conftest import _clean
+from ..helpers import GIB, MIB
+from ..live import LiveServer
+from ..test_auth import SECRETS, write_tokens
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
 from selenium.common.exceptions import (  # noqa: E402

@@ -25,7 +25,7 @@ from service.keys import ScopeKey
 from service.main import create_app
 from service.settings import Settings
 
-from .helpers import GIB, MIB, container, run, sizing_path
+from ..helpers import GIB, MIB, container, run, sizing_path
 
 SCOPES = ("org", "repo", "workflow", "job")
 STATS = ("peak", "p99", "p95", "p75", "p50", "avg")

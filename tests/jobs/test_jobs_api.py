@@ -14,8 +14,8 @@ import pytest
 from service.sizing.service import Policy
 from service.wire import utcnow
 
-from .helpers import GIB, MIB, container, sizing
-from .test_auth import SECRETS, write_tokens
+from ..helpers import GIB, MIB, container, sizing
+from ..test_auth import SECRETS, write_tokens
 
 
 def job(name: str, org: str = "acme", repo: str = "web", workflow: str = "ci.yml") -> dict[str, str]:

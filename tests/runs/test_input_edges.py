@@ -16,7 +16,7 @@ import pytest
 from service.__main__ import main
 from service.auth import TokensFileError, load_tokens
 
-from .helpers import JOB, container, run, sizing, sizing_path
+from ..helpers import JOB, container, run, sizing, sizing_path
 
 RUNS = "/api/v1/runs"
 BATCH = "/api/v1/runs:batch"

@@ -19,7 +19,7 @@ from service.keys import ScopeKey
 from service.sizing import service as sizing_service
 from service.sizing.history import History
 
-from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
+from ..helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
 
 KEY = ScopeKey("o", "r", "w", "j")
 P = CacheKey(5, 20, "p95")
@@ -323,7 +323,7 @@ async def test_what_it_is_not_sure_of_goes_to_the_route(make_client: Any, query:
 
 
 async def test_a_cached_answer_needs_the_same_access_as_the_route(make_client: Any, tmp_path: Any) -> None:
-    from .test_auth import headers_for, write_tokens
+    from ..test_auth import headers_for, write_tokens
 
     async with make_client(tokens_file=write_tokens(tmp_path / "tokens.toml")) as client:
         r = await client.post("/api/v1/runs", json=run(1), headers=headers_for("ingest"))

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .helpers import GIB, JOB, MIB, container, run, sizing
+from ..helpers import GIB, JOB, MIB, container, run, sizing
 
 
 async def count_runs(client: httpx.AsyncClient) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .helpers import GIB, container, run, sizing
+from ..helpers import GIB, container, run, sizing
 
 CLEAN = 3
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .helpers import GIB, JOB, MIB, container, post_runs, run, sizing, sizing_path
+from ..helpers import GIB, JOB, MIB, container, post_runs, run, sizing, sizing_path
 
 
 def by_name(answer: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -12,8 +12,8 @@ import pytest
 
 from service.__main__ import main
 
-from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path, sqlite_with
-from .stage_vectors import VECTORS
+from ..helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path, sqlite_with
+from ..stage_vectors import VECTORS
 
 URL = "/api/v1/stages:compute"
 DEAD_PG = "postgresql+asyncpg://nobody@127.0.0.1:1/none"

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .helpers import JOB, MIB, container, post_runs, run, sizing
+from ..helpers import JOB, MIB, container, post_runs, run, sizing
 
 URL = "/api/v1/placement:advise"
 DEAD_PG = "postgresql+asyncpg://nobody@127.0.0.1:9/nothing"

@@ -14,7 +14,7 @@ import yaml
 from kubernetes.client import ApiClient
 from kubernetes.utils import parse_quantity
 
-from .helpers import MIB, container, post_runs, run, sizing, sizing_path
+from ..helpers import MIB, container, post_runs, run, sizing, sizing_path
 
 BUILD_HELPER_SVC = [
     container("build", cpu=1500, mem=2048 * MIB),

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from .live import LiveServer
+from ..live import LiveServer
 
 WRITERS = 16
 ROUNDS = 5

@@ -25,7 +25,7 @@ from service.observability import metrics
 from service.runs.retention import Pruner
 from service.settings import Settings
 
-from .helpers import run
+from ..helpers import run
 from .test_metrics import samples, scrape, value
 
 UNREACHABLE = "postgresql+asyncpg://postgres@127.0.0.1:1/nowhere"
@@ -159,7 +159,7 @@ async def test_retention_backlog_counts_jobs_whose_pruning_failed(db_url: str) -
 
 
 async def test_retention_counts_the_runs_it_deletes(make_client: Any) -> None:
-    from .helpers import post_runs
+    from ..helpers import post_runs
 
     async with make_client(retention_runs=1) as client:
         before = value(await scrape(client), "ci_sizer_retention_pruned_runs_total")

@@ -26,11 +26,11 @@ import httpx
 import pytest
 import yaml
 
-from . import runner_pods as rp
-from .helpers import MIB, container, run
-from .live import LiveServer, free_port
+from .. import runner_pods as rp
+from ..helpers import MIB, container, run
+from ..live import LiveServer, free_port
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "integrations"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations"
 TOKEN = "sizer-secret-token-1234"
 BLOCK = re.compile(r"<!-- test: (\w+) -->\n```(\w*)\n(.*?)```", re.S)
 FENCE = re.compile(r"```(\w*)\n(.*?)```", re.S)

@@ -14,9 +14,9 @@ import pytest
 from service.plots import line_panels
 from service.sizing import formats
 
-from .helpers import GIB, MIB, container, run, sizing
-from .test_auth import SECRETS, write_tokens
-from .test_jobs_api import job, post, recent_run, summarise
+from ..helpers import GIB, MIB, container, run, sizing
+from ..jobs.test_jobs_api import job, post, recent_run, summarise
+from ..test_auth import SECRETS, write_tokens
 
 HOSTILE = "<script>alert(1)</script>"
 EVIL = job(HOSTILE, repo='"><img src=x onerror=alert(2)>')
@@ -173,7 +173,7 @@ async def test_conflict_fragment_shows_what_is_stored(client: httpx.AsyncClient)
 
 
 async def test_analysis_fragment(client: httpx.AsyncClient) -> None:
-    from .helpers import poll
+    from ..helpers import poll
 
     body = {
         "synthetic": {"days": 1, "builds_per_day": 50},

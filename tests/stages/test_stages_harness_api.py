@@ -20,7 +20,7 @@ import pytest
 
 from service.__main__ import main
 
-from .helpers import MIB
+from ..helpers import MIB
 
 URL = "/api/v1/stages:compute"
 HARNESS = {"generation": "harness"}

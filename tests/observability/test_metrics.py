@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.observability.logs import JsonFormatter
 from service.observability.metrics import EXPORTED
 
-from .helpers import MIB, container, post_runs, run, sizing, sizing_path
+from ..helpers import MIB, container, post_runs, run, sizing, sizing_path
 
 SIZING_ROUTE = "/api/v1/sizing/{org}/{repo}/{workflow}/{job}"
 

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from kubernetes.utils import parse_quantity
 
-from .helpers import GIB, JOB, MIB, container, post_runs, run, sizing, sizing_path
+from ..helpers import GIB, JOB, MIB, container, post_runs, run, sizing, sizing_path
 
 CEILINGS = """
 [[ceilings]]

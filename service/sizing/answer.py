@@ -144,6 +144,30 @@ class Answer:
             },
         }
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Answer:
+        """The type from the wire shape (``as_dict``'s inverse)."""
+
+        def container(c: dict[str, Any]) -> Container:
+            cpu, memory, ceiling = c["cpu"], c["memory"], c.get("runner_ceiling")
+            return Container(
+                name=c["name"],
+                cpu=Cpu(**{**cpu, "source": Sources(**cpu["source"])}),
+                memory=Memory(**{**memory, "source": Sources(**memory["source"])}),
+                observed=Observed(**c["observed"]),
+                oom=Oom(**c["oom"]),
+                runner_ceiling=None if ceiling is None else RunnerCeiling(**ceiling),
+            )
+
+        return cls(
+            org=d["org"],
+            repo=d["repo"],
+            workflow=d["workflow"],
+            job=d["job"],
+            containers=[container(c) for c in d["containers"]],
+            meta=Meta(**d["meta"]),
+        )
+
     def pod_requests(self) -> tuple[int, int]:
         """Requests summed over the containers: the job's pod size (millicores, bytes)."""
         return (

@@ -13,6 +13,7 @@ import pytest
 
 from service.plots import line_panels
 from service.sizing import formats
+from service.sizing.answer import Answer
 
 from ..helpers import GIB, MIB, container, run, sizing
 from ..jobs.test_jobs_api import job, post, recent_run, summarise
@@ -92,7 +93,7 @@ async def test_job_view_is_the_sizing_answer(client: httpx.AsyncClient) -> None:
             assert f'<span data-field="{field}">{c[kind][which]}</span>' in html
     # every runner format, as the formats service renders it
     for name, render in formats.RENDERERS.items():
-        text = render(answer)[1]
+        text = render(Answer.from_dict(answer))[1]
         found = re.search(rf'<pre id="fmt-{name}" data-format="{name}">(.*?)</pre>', html, re.S)
         assert found is not None, name
         assert unescape(found.group(1)) == text

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from bench._util import save, verdict
+from service.backtests import service as backtest
 from service.core import _reference
-from service.services import backtest
 
 try:
     from service.core import _sizing

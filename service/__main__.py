@@ -648,8 +648,8 @@ def _simulation_body(args: argparse.Namespace) -> Any:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from .api.simulations import ballast_of, pool_of
-    from .services import simulate
+    from . import simulations as simulate
+    from .simulations import ballast_of, pool_of
 
     body = _simulation_body(args)
     pool = pool_of(body)
@@ -705,8 +705,8 @@ def _backtest_body(args: argparse.Namespace) -> Any:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from .api.simulations import param_sets
-    from .services import backtest
+    from .backtests import service as backtest
+    from .backtests.service import param_sets
 
     body = _backtest_body(args)
     started = time.perf_counter()

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from . import __version__, core
+from . import __version__, analyses, core
 from .api import api_router
 from .api.fastpath import CachedSizing
 from .api.health import check_database
@@ -27,7 +27,7 @@ from .errors import PayloadTooLarge, install_error_handlers, problem_response
 from .observability.fleet import FleetTracker, flush_and_refresh
 from .observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from .observability.middleware import Observability
-from .services import analyses, bodies, ceilings
+from .services import bodies, ceilings
 from .services.cache import AnswerCache
 from .services.changes import ChangeFeed
 from .services.jobs import SummaryRefresher

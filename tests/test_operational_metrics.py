@@ -15,10 +15,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy.engine import make_url
 
+from service import analyses
 from service.db import build_engine, build_sessionmaker
 from service.main import create_app
 from service.observability import metrics
-from service.services import analyses
 from service.services.cache import AnswerCache
 from service.services.changes import CHANNEL
 from service.services.overrides import ScopeKey

@@ -19,9 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service.backtests import service as backtest
 from service.db import build_engine
 from service.main import create_app
-from service.services import backtest
 from service.services.overrides import ScopeKey
 from service.settings import Settings
 

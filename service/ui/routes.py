@@ -18,18 +18,20 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from .. import analyses
 from ..auth import Principal, ReadPrincipal
+from ..backtests import service as backtest_service
 from ..errors import NotFound
 from ..models import NAME_MAX, to_rfc3339
 from ..plots import line_panels
 from ..quantity import format_cpu, format_memory
-from ..services import analyses, formats, simulate
-from ..services import backtest as backtest_service
+from ..services import formats
 from ..services import jobs as jobs_service
 from ..services import overrides as overrides_service
 from ..services import sizing as sizing_service
 from ..services.jobs import Sort
 from ..services.overrides import FIELDS, SCOPES, ListFilter, ScopeKey
+from ..simulations import report as simulate
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 

@@ -24,13 +24,15 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
+from fastapi import Request, Response
+from pydantic import BaseModel
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ..auth import Principal
-from ..errors import Forbidden, NotFound
-from ..models import Analysis, to_rfc3339, utcnow
-from ..observability.metrics import ANALYSES, ANALYSES_RUNNING
+from service.auth import Principal
+from service.errors import Forbidden, NotFound, TooManyRequests
+from service.models import Analysis, to_rfc3339, utcnow
+from service.observability.metrics import ANALYSES, ANALYSES_RUNNING
 
 log = logging.getLogger("ci_sizer.analyses")
 STALE_SECONDS = 60
@@ -220,3 +222,50 @@ async def get_readable(*, conn: AsyncConnection, analysis_id: str, kind: str, pr
     elif kind == "backtest" and principal.orgs is not None:
         raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
     return found
+
+
+# --------------------------------------------------------------------------- the routes' side
+
+
+def _take_room(request: Request) -> None:
+    """Take one of the process's analysis slots, or answer 429. No ``await`` here: the check and the
+    count are one step on the event loop. The slot is given back when the analysis ends, or
+    by ``launch`` if it never starts."""
+    limits: Limits = request.app.state.analysis_limits
+    if not limits.try_acquire():
+        raise TooManyRequests(
+            f"{limits.max_running} analyses are running in this process; retry later", headers={"Retry-After": "10"}
+        )
+
+
+async def launch(
+    request: Request, response: Response, *, kind: str, body: BaseModel, principal: Principal, prepare: Prepare
+) -> dict[str, Any]:
+    """Store the analysis, start it in this process, answer its row with ``Location``. It
+    takes a slot first (429 when there is none); it goes back if the analysis cannot be stored."""
+    _take_room(request)
+    engine = request.app.state.write_engine
+    limits: Limits = request.app.state.analysis_limits
+    try:
+        analysis_id = await create(
+            engine=engine, kind=kind, request=body.model_dump(mode="json"), created_by=principal.name
+        )
+    except BaseException:
+        limits.release()
+        raise
+    start(
+        request.app.state.analysis_tasks,
+        engine=engine,
+        analysis_id=analysis_id,
+        prepare=prepare,
+        kind=kind,
+        limits=limits,
+    )
+    response.headers["Location"] = f"/api/v1/{kind}s/{analysis_id}"
+    return await read(request, analysis_id=analysis_id, kind=kind, principal=principal)
+
+
+async def read(request: Request, *, analysis_id: str, kind: str, principal: Principal) -> dict[str, Any]:
+    """``get_readable`` on a connection of the app's read engine."""
+    async with request.app.state.engine.connect() as conn:
+        return await get_readable(conn=conn, analysis_id=analysis_id, kind=kind, principal=principal)

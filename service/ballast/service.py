@@ -27,10 +27,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import col
 
-from ..models import Job, Run
-from ..quantity import format_cpu, format_memory
-from . import sizing as sizing_service
-from .overrides import ScopeKey
+from service.models import Job, Run
+from service.quantity import format_cpu, format_memory
+from service.services import sizing as sizing_service
+from service.services.overrides import ScopeKey
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
 

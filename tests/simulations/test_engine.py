@@ -14,10 +14,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from service.services.simulate import Ballast, Build, Pool, Scenario, Shape
 
 from service.__main__ import main
 from service.services import ballast, simulate
-from service.services.simulate import Ballast, Build, Pool, Scenario, Shape
 
 from .helpers import GIB, JOB, MIB, container, poll, post_runs
 

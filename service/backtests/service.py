@@ -20,10 +20,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import col
 
-from .. import core
-from ..models import Job, Override, Run, RunContainer, utcnow
-from . import sizing
-from .overrides import ScopeKey, is_expired
+from service import core
+from service.models import BacktestCreate, Job, Override, Run, RunContainer, utcnow
+from service.services import sizing
+from service.services.overrides import ScopeKey, is_expired
 
 DEFAULT_DURATION = 600.0  # seconds, for runs posted without started_at
 
@@ -85,6 +85,11 @@ def policies(param_sets: Sequence[Params], *, baselines: bool = True) -> list[Po
 
 def grid(runs: Iterable[int], buffers: Iterable[int], percentiles: Iterable[str], qos: Iterable[str]) -> list[Params]:
     return [Params(r, b, c, q) for r, b, c, q in itertools.product(runs, buffers, percentiles, qos)]
+
+
+def param_sets(body: BacktestCreate) -> list[Params]:
+    """The parameter sets a backtest request asks for: every combination of its lists."""
+    return grid(body.runs, body.buffer, body.cpu_percentile, body.memory_qos)
 
 
 @dataclass
@@ -340,7 +345,7 @@ def run(
 
 def render(result: dict[str, Any], *, jobs: int = 10) -> str:
     """The fleet table (``*`` marks the frontier) and the riskiest jobs under the first policy."""
-    from ..console import table
+    from service.console import table
 
     rows = []
     for r in result["policies"]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -82,34 +82,40 @@ def synthetic(
     builds: list[Build] = []
 
     def one(t: float) -> Build:
-        x = rng.random() * total_weight
-        kind = kinds[-1]
-        for k in kinds:
-            x -= k.share
-            if x < 0:
-                kind = k
-                break
+        kind = _kind_at(rng.random() * total_weight, kinds)
         duration = kind.minutes * 60 * math.exp(rng.gauss(0, 0.4))
         return Build(round(t, 3), round(max(30.0, duration), 3), kind.cpu, kind.memory)
 
     horizon = days * 86400
-    t = 0.0
-    while True:
-        t += rng.expovariate(peak_per_second)
-        if t >= horizon:
-            break
-        if rng.random() < rate(t):
-            builds.append(one(t))
-    t = 0.0
-    while bursts_per_day > 0:
-        t += rng.expovariate(bursts_per_day / 86400)
-        if t >= horizon:
-            break
-        if rng.random() < rate(t):
+    for t in _thinned(rng, peak_per_second, rate, horizon):
+        builds.append(one(t))
+    if bursts_per_day > 0:
+        for t in _thinned(rng, bursts_per_day / 86400, rate, horizon):
             for _ in range(rng.randint(*burst_size)):
                 builds.append(one(t + rng.random() * 60))
     builds.sort(key=lambda b: b.start)
     return builds
+
+
+def _kind_at(x: float, kinds: Sequence[JobKind]) -> JobKind:
+    """The kind whose slice of the cumulative shares holds ``x`` (the last one past the total)."""
+    for k in kinds:
+        x -= k.share
+        if x < 0:
+            return k
+    return kinds[-1]
+
+
+def _thinned(rng: random.Random, per_second: float, rate: Callable[[float], float], horizon: float) -> Iterator[float]:
+    """Poisson arrivals at ``per_second`` up to ``horizon``, each kept with probability ``rate(t)``.
+    A generator: the caller's draws for each kept arrival come before the next arrival's."""
+    t = 0.0
+    while True:
+        t += rng.expovariate(per_second)
+        if t >= horizon:
+            return
+        if rng.random() < rate(t):
+            yield t
 
 
 async def load_trace(

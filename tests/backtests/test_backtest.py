@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from service.__main__ import main
+from service.backtests import service as backtest
 from service.models import Override
-from service.services import backtest
 from service.services.overrides import ScopeKey
 
-from .helpers import GIB, JOB, MIB, container, poll, post_runs, sqlite_with
+from ..helpers import GIB, JOB, MIB, container, poll, post_runs, sqlite_with
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 

@@ -21,14 +21,17 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from fastapi import Response
+from pydantic import BaseModel
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.auth import Principal
-from service.errors import Forbidden, NotFound
+from service.errors import Forbidden, NotFound, TooManyRequests
 from service.observability.metrics import ANALYSES, ANALYSES_RUNNING
 from service.tables import Analysis
 from service.wire import to_rfc3339, utcnow
@@ -221,3 +224,59 @@ async def get_readable(*, conn: AsyncConnection, analysis_id: str, kind: str, pr
     elif kind == "backtest" and principal.orgs is not None:
         raise Forbidden(f"token {principal.name!r} may not read a backtest of every org")
     return found
+
+
+# --------------------------------------------------------------------------- the routes' side
+
+
+@dataclass(frozen=True)
+class Room:
+    """What the routes need to start and read analyses (``deps.AnalysisRoomDep`` builds it)."""
+
+    engine: AsyncEngine  #: reads
+    write_engine: AsyncEngine
+    limits: Limits
+    tasks: set[asyncio.Task[None]]
+
+
+def _take_room(limits: Limits) -> None:
+    """Take one of the process's analysis slots, or answer 429. No ``await`` here: the check and the
+    count are one step on the event loop. The slot is given back when the analysis ends, or
+    by ``launch`` if it never starts."""
+    if not limits.try_acquire():
+        raise TooManyRequests(
+            f"{limits.max_running} analyses are running in this process; retry later", headers={"Retry-After": "10"}
+        )
+
+
+async def launch(
+    room: Room, response: Response, *, kind: str, body: BaseModel, principal: Principal, prepare: Prepare
+) -> dict[str, Any]:
+    """Store the analysis, start it in this process, answer its row with ``Location``. It
+    takes a slot first (429 when there is none); it goes back if the analysis cannot be stored."""
+    limits = room.limits
+    _take_room(limits)
+    engine = room.write_engine
+    try:
+        analysis_id = await create(
+            engine=engine, kind=kind, request=body.model_dump(mode="json"), created_by=principal.name
+        )
+    except BaseException:
+        limits.release()
+        raise
+    start(
+        room.tasks,
+        engine=engine,
+        analysis_id=analysis_id,
+        prepare=prepare,
+        kind=kind,
+        limits=limits,
+    )
+    response.headers["Location"] = f"/api/v1/{kind}s/{analysis_id}"
+    return await read(room.engine, analysis_id=analysis_id, kind=kind, principal=principal)
+
+
+async def read(engine: AsyncEngine, *, analysis_id: str, kind: str, principal: Principal) -> dict[str, Any]:
+    """``get_readable`` on a connection of the app's read engine."""
+    async with engine.connect() as conn:
+        return await get_readable(conn=conn, analysis_id=analysis_id, kind=kind, principal=principal)

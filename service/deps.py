@@ -9,7 +9,8 @@ from typing import Annotated, cast
 from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.analyses import Limits
+from service.analyses import Room
+from service.auth import TokenStore
 from service.cache import AnswerCache
 from service.jobs.service import SummaryRefresher
 from service.observability.fleet import FleetTracker
@@ -31,6 +32,10 @@ def engine(request: Request) -> AsyncEngine:
 
 def write_engine(request: Request) -> AsyncEngine:
     return cast(AsyncEngine, request.app.state.write_engine)
+
+
+def tokens(request: Request) -> TokenStore:
+    return cast(TokenStore, request.app.state.tokens)
 
 
 def answers(request: Request) -> AnswerCache:
@@ -63,22 +68,21 @@ def bodies(request: Request) -> Reducer:
     return cast(Reducer, request.app.state.bodies)
 
 
-def analysis_limits(request: Request) -> Limits:
-    return cast(Limits, request.app.state.analysis_limits)
-
-
-def analysis_tasks(request: Request) -> set[object]:
-    return cast(set[object], request.app.state.analysis_tasks)
+def analysis_room(request: Request) -> Room:
+    state = request.app.state
+    return Room(
+        engine=state.engine, write_engine=state.write_engine, limits=state.analysis_limits, tasks=state.analysis_tasks
+    )
 
 
 SettingsDep = Annotated[Settings, Depends(settings)]
 EngineDep = Annotated[AsyncEngine, Depends(engine)]
 WriteEngineDep = Annotated[AsyncEngine, Depends(write_engine)]
 AnswersDep = Annotated[AnswerCache, Depends(answers)]
+TokensDep = Annotated[TokenStore, Depends(tokens)]
 PolicyDep = Annotated[Policy, Depends(policy)]
 FleetDep = Annotated[FleetTracker, Depends(fleet)]
 SummariesDep = Annotated[SummaryRefresher, Depends(summaries)]
 PrunerDep = Annotated[Pruner, Depends(pruner)]
 JobIdsDep = Annotated[JobIds, Depends(job_ids)]
-AnalysisLimitsDep = Annotated[Limits, Depends(analysis_limits)]
-AnalysisTasksDep = Annotated[set[object], Depends(analysis_tasks)]
+AnalysisRoomDep = Annotated[Room, Depends(analysis_room)]

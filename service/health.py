@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import __version__, core
 from service.db import within
+from service.deps import EngineDep, SettingsDep, TokensDep
 from service.errors import Unavailable, problem_responses
 from service.observability.metrics import DATABASE_READY
 
@@ -41,9 +42,9 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", response_model=Health, responses=problem_responses(Unavailable))
-async def readyz(request: Request) -> dict[str, str]:
+async def readyz(engine: EngineDep) -> dict[str, str]:
     """The database answers, within one second (a database that hangs is not ready)."""
-    failure = await check_database(request.app.state.engine, READY_TIMEOUT_SECONDS)
+    failure = await check_database(engine, READY_TIMEOUT_SECONDS)
     if failure is not None:
         raise Unavailable(f"database not ready: {failure}", headers={"Retry-After": "2"})
     return {"status": "ready"}
@@ -69,9 +70,8 @@ async def check_database(engine: AsyncEngine, timeout: float = 5.0) -> str | Non
 
 
 @router.get("/api/v1/info", response_model=Info, tags=["info"])
-async def info(request: Request) -> dict[str, Any]:
+async def info(settings: SettingsDep, tokens: TokensDep) -> dict[str, Any]:
     """Version, the live core backend and the sizing policy."""
-    settings = request.app.state.settings
     return {
         "name": "ci-sizer",
         "version": __version__,
@@ -80,5 +80,5 @@ async def info(request: Request) -> dict[str, Any]:
         "cpu_sizing_mode": settings.cpu_sizing_mode,
         "memory_qos": settings.memory_qos,
         "max_memory_bytes": settings.max_memory,
-        "auth": "tokens" if request.app.state.tokens.enabled else "anonymous",
+        "auth": "tokens" if tokens.enabled else "anonymous",
     }

@@ -3,6 +3,8 @@
 from fastapi import APIRouter
 
 from service import health
+from service.backtests import router as backtests
+from service.ballast import router as ballast
 from service.jobs import router as jobs
 from service.observability import router as metrics
 from service.overrides import router as overrides
@@ -21,4 +23,6 @@ api_router.include_router(sizing.router)
 api_router.include_router(stages.router)
 api_router.include_router(placement.router)
 api_router.include_router(simulations.router)
+api_router.include_router(ballast.router)
+api_router.include_router(backtests.router)
 api_router.include_router(jobs.router)

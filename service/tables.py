@@ -25,10 +25,7 @@ from sqlalchemy import (
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
-from service.wire import (
-    NAME_MAX,
-    utcnow,
-)
+from service.wire import NAME_MAX, utcnow
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",

@@ -12,13 +12,7 @@ from pydantic import (
 )
 
 from service.sizing.params import BUFFER, DEFAULT_CPU_PERCENTILE, RUNS, BufferItem, RunsItem
-from service.wire import (
-    CpuPercentile,
-    Name,
-    Strict,
-    Timestamp,
-    to_naive_utc,
-)
+from service.wire import CpuPercentile, Name, Strict, Timestamp, to_naive_utc
 
 
 class BacktestCreate(Strict):

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import col
 
 from service import core
+from service.backtests.schemas import BacktestCreate
 from service.keys import ScopeKey
 from service.overrides.service import is_expired
 from service.sizing import service as sizing
@@ -87,6 +88,11 @@ def policies(param_sets: Sequence[Params], *, baselines: bool = True) -> list[Po
 
 def grid(runs: Iterable[int], buffers: Iterable[int], percentiles: Iterable[str], qos: Iterable[str]) -> list[Params]:
     return [Params(r, b, c, q) for r, b, c, q in itertools.product(runs, buffers, percentiles, qos)]
+
+
+def param_sets(body: BacktestCreate) -> list[Params]:
+    """The parameter sets a backtest request asks for: every combination of its lists."""
+    return grid(body.runs, body.buffer, body.cpu_percentile, body.memory_qos)
 
 
 @dataclass

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from service.auth import ReadPrincipal
+from service.deps import EngineDep
 from service.errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from service.jobs import service as jobs_service
 from service.jobs.service import Sort
@@ -76,6 +77,7 @@ Name = Annotated[str | None, Query(max_length=200)]
 )
 async def list_jobs(
     request: Request,
+    engine: EngineDep,
     response: Response,
     principal: ReadPrincipal,
     org: Name = None,
@@ -102,7 +104,7 @@ async def list_jobs(
     Runs and OOM kills count the last ``window_days`` days. Savings are per day and signed."""
     flt = jobs_service.job_filter(principal, org=org, repo=repo, workflow=workflow, job=job, phase=phase, q=q)
     page, totals = await jobs_service.read_page(
-        engine=request.app.state.engine, principal=principal, flt=flt, sort=sort, limit=limit, cursor=cursor
+        engine=engine, principal=principal, flt=flt, sort=sort, limit=limit, cursor=cursor
     )
     if page.next_cursor is not None:
         params = {k: v for k, v in request.query_params.items() if k != "cursor"}

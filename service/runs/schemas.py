@@ -15,15 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.wire import (
-    MAX_MEMORY_BYTES,
-    CpuValue,
-    MemoryBytes,
-    Name,
-    Strict,
-    Timestamp,
-    to_naive_utc,
-)
+from service.wire import MAX_MEMORY_BYTES, CpuValue, MemoryBytes, Name, Strict, Timestamp, to_naive_utc
 
 
 class CpuStats(Strict):

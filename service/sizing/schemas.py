@@ -9,9 +9,7 @@ from pydantic import (
     Field,
 )
 
-from service.wire import (
-    CpuPercentile,
-)
+from service.wire import CpuPercentile
 
 # --------------------------------------------------------------------------- wire: sizing
 

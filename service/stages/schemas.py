@@ -19,12 +19,7 @@ from pydantic import (
 )
 
 from service.quantity import parse_cpu_millicores, parse_memory_bytes
-from service.wire import (
-    MAX_CPU_MILLICORES,
-    MAX_MEMORY_BYTES,
-    Name,
-    Strict,
-)
+from service.wire import MAX_CPU_MILLICORES, MAX_MEMORY_BYTES, Name, Strict
 
 # --------------------------------------------------------------------------- wire: stages (stage.md)
 

@@ -14,14 +14,15 @@ from importlib import resources
 from typing import Annotated, Any, Literal
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from service import analyses
 from service.auth import Principal, ReadPrincipal
 from service.backtests import service as backtest_service
-from service.db import unit_of_work
+from service.db import UnitOfWorkDep
+from service.deps import EngineDep, PolicyDep
 from service.errors import NotFound
 from service.jobs import service as jobs_service
 from service.jobs.service import Sort
@@ -30,7 +31,7 @@ from service.overrides import service as overrides_service
 from service.overrides.service import FIELDS, ListFilter
 from service.plots import line_panels
 from service.quantity import format_cpu, format_memory
-from service.simulations import engine as simulate
+from service.simulations import report as simulate
 from service.sizing import formats
 from service.sizing import service as sizing_service
 from service.sizing.answer import Answer
@@ -117,8 +118,8 @@ async def me(principal: ReadPrincipal) -> HTMLResponse:
 
 @router.get("/fragments/jobs")
 async def fleet(
-    request: Request,
     principal: ReadPrincipal,
+    engine: EngineDep,
     org: Name = None,
     repo: Name = None,
     workflow: Name = None,
@@ -131,7 +132,7 @@ async def fleet(
         principal, org=org or None, repo=repo or None, workflow=workflow or None, job=None, phase=phase or None, q=q
     )
     page, totals = await jobs_service.read_page(
-        engine=request.app.state.engine, principal=principal, flt=flt, sort=sort, limit=PAGE_SIZE, cursor=cursor or None
+        engine=engine, principal=principal, flt=flt, sort=sort, limit=PAGE_SIZE, cursor=cursor or None
     )
     return render(
         "jobs.html",
@@ -219,14 +220,19 @@ def runs_plot(rows: list[Any], answer: Answer) -> str | None:
 
 @router.get("/fragments/job")
 async def job_view(
-    request: Request, principal: ReadPrincipal, org: Required, repo: Required, workflow: Required, job: Required
+    principal: ReadPrincipal,
+    engine: EngineDep,
+    policy: PolicyDep,
+    org: Required,
+    repo: Required,
+    workflow: Required,
+    job: Required,
 ) -> HTMLResponse:
     jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
     key = ScopeKey(org, repo, workflow, job)
     principal.ensure_org(key.org)
     params = SizingParams()
-    async with request.app.state.engine.connect() as conn:
-        policy = sizing_service.Policy.of(request.app.state.settings, request.app.state.ceilings)
+    async with engine.connect() as conn:
         rec = await sizing_service.recommend(conn=conn, key=key, params=params, policy=policy)
         pins = await overrides_service.applicable(conn=conn, key=key)
         rows = [] if rec.job_id is None else await jobs_service.recent_runs(conn=conn, job_id=rec.job_id)
@@ -256,8 +262,8 @@ def _scope_key(org: str, repo: str | None, workflow: str | None, job: str | None
 
 @router.get("/fragments/overrides")
 async def overrides_view(
-    request: Request,
     principal: ReadPrincipal,
+    uow: UnitOfWorkDep,
     org: Name = None,
     repo: Name = None,
     workflow: Name = None,
@@ -268,14 +274,13 @@ async def overrides_view(
     if org:
         principal.ensure_org(org)
     after = overrides_service.decode_cursor(cursor) if cursor else 0
-    async with unit_of_work(request.app.state.sessionmaker) as uow:
-        rows, more = await overrides_service.list_overrides(
-            session=uow.session,
-            flt=ListFilter(org=org or None, repo=repo or None, workflow=workflow or None, job=job or None),
-            after_id=after,
-            limit=PAGE_SIZE,
-            orgs=principal.orgs,
-        )
+    rows, more = await overrides_service.list_overrides(
+        session=uow.session,
+        flt=ListFilter(org=org or None, repo=repo or None, workflow=workflow or None, job=job or None),
+        after_id=after,
+        limit=PAGE_SIZE,
+        orgs=principal.orgs,
+    )
     next_cursor = overrides_service.encode_cursor(rows[-1].id) if more and rows and rows[-1].id else None
     return render(
         "overrides.html",
@@ -305,8 +310,8 @@ def _override(o: Any) -> dict[str, Any]:
 
 @router.get("/fragments/override")
 async def override_form(
-    request: Request,
     principal: ReadPrincipal,
+    uow: UnitOfWorkDep,
     org: Name = None,
     repo: Name = None,
     workflow: Name = None,
@@ -320,8 +325,7 @@ async def override_form(
         return render("override_form.html", key=None, current=None, admin=is_admin(principal))
     key = _scope_key(org, repo, workflow, job)
     principal.ensure_org(key.org)
-    async with unit_of_work(request.app.state.sessionmaker) as uow:
-        found = await overrides_service.get(session=uow.session, key=key)
+    found = await overrides_service.get(session=uow.session, key=key)
     return render(
         "override_form.html" if view == "form" else "override_current.html",
         key=key,
@@ -356,12 +360,12 @@ def backtest_plot(result: dict[str, Any]) -> str | None:
 
 @router.get("/fragments/analysis")
 async def analysis_view(
-    request: Request,
     principal: ReadPrincipal,
+    engine: EngineDep,
     kind: Literal["backtest", "simulation"],
     id: Annotated[str, Query(min_length=1, max_length=36)],
 ) -> HTMLResponse:
-    async with request.app.state.engine.connect() as conn:
+    async with engine.connect() as conn:
         found = await analyses.get_readable(conn=conn, analysis_id=id, kind=kind, principal=principal)
     table = plot = None
     result = found["result"]

@@ -16,7 +16,7 @@ from service.backtests import service as backtest
 from service.keys import ScopeKey
 from service.tables import Override
 
-from .helpers import GIB, JOB, MIB, container, poll, post_runs, sqlite_with
+from ..helpers import GIB, JOB, MIB, container, poll, post_runs, sqlite_with
 
 T0 = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
 

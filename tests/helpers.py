@@ -94,7 +94,7 @@ def sqlite_with(path: Any, use: Callable[[httpx.AsyncClient], Awaitable[T]]) -> 
     returns the URL and what ``use`` returned."""
     import asyncio
 
-    from service.__main__ import main
+    from service.cli import main
     from service.main import create_app
     from service.settings import Settings
 

@@ -413,7 +413,7 @@ def test_collect_imports_only_the_standard_library(tmp_path: Path) -> None:
     baseline = _top_modules("")
     spool = str(tmp_path / "spool")
     loaded = _top_modules(
-        "import sys\nfrom service.__main__ import main\n"
+        "import sys\nfrom service.cli import main\n"
         f"assert main(['collect', *{list(IDENTITY)!r}, '--spool-dir', {spool!r}, '--interval', '0.1', "
         "'--', sys.executable, '-c', 'import time; time.sleep(0.3)']) == 0"
     )

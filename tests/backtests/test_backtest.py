@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.__main__ import main
 from service.backtests import service as backtest
+from service.cli import main
 from service.keys import ScopeKey
 from service.tables import Override
 

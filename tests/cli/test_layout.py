@@ -37,6 +37,5 @@ def test_the_cli_imports_no_router() -> None:
         for module, names, lineno in _imports(path):
             imported = [module] + [f"{module}.{n}" for n in names]
             for name in imported:
-                assert not (name == "service.routers" or name.endswith(".router")), (
-                    f"{path.name}:{lineno} imports {name}"
-                )
+                assert name != "service.routers", f"{path.name}:{lineno}"
+                assert not name.endswith(".router"), f"{path.name}:{lineno} imports {name}"

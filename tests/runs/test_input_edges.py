@@ -13,8 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from service.__main__ import main
 from service.auth import TokensFileError, load_tokens
+from service.cli import main
 
 from ..helpers import JOB, container, run, sizing, sizing_path
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.__main__ import main
+from service.cli import main
 
 from ..helpers import JOB, MIB, container, poll, post_runs
 

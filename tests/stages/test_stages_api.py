@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.__main__ import main
+from service.cli import main
 
 from ..helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path, sqlite_with
 from ..stage_vectors import VECTORS

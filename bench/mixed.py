@@ -10,6 +10,12 @@ median of the rounds, because this machine is shared and noisy.
 Targets (issue 20): ratio >= 0.5 with p99 <= 50 ms at one worker and 32 connections.
 
     python bench/mixed.py [--database-url postgresql://...] [--jobs 300] [--seconds 5] [--rounds 3]
+                          [--workers N] [--replicas N]
+
+``--workers N`` runs each ``ci-sizer serve`` with N uvicorn workers. ``--replicas N`` starts N separate
+servers on distinct ports on the one PostgreSQL (and N bare apps), and drives them with N wrk processes
+at once, each with its share of the connections: the figures are the sum of the requests per second,
+the median of the p50s and the largest p99 (no proxy in between, which would cost the cores measured).
 """
 
 from __future__ import annotations
@@ -21,9 +27,12 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
+import contextlib
 import json
 import random
+import statistics
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -93,7 +102,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers per server")
+    parser.add_argument("--replicas", type=int, default=1, help="servers on distinct ports, one PostgreSQL")
     parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
     args = parser.parse_args()
     if not _wrk.available():
@@ -128,7 +138,9 @@ def main() -> None:
         {
             "figure": (
                 f"mixed build path: half POST runs ({SAMPLES} samples), half GET sizing, {args.jobs} jobs, "
-                f"{args.connections} connections, {args.workers} worker(s), PostgreSQL"
+                f"{args.connections} connections, {args.workers} worker(s)"
+                + (f" x {args.replicas} replicas" if args.replicas > 1 else "")
+                + ", PostgreSQL"
             ),
             "ci_sizer_rps": round(ours["rps"]),
             "bare_rps": round(bare["rps"]),
@@ -147,18 +159,43 @@ def main() -> None:
 def bench(
     url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.Namespace
 ) -> dict[str, dict[str, float]]:
-    def measure(server: str, seed: int) -> dict[str, Any]:
-        script_args = [str(jobs_file), str(body_file), str(seed)]
-        return _wrk.run_script(server, SCRIPT, script_args, seconds=args.seconds, connections=args.connections)
+    def measure(servers: str, seed: int) -> dict[str, Any]:
+        urls = servers.split(" ")
+        share = [
+            args.connections // len(urls) + (1 if i < args.connections % len(urls) else 0) for i in range(len(urls))
+        ]
+
+        def one(i: int) -> dict[str, Any]:
+            script_args = [str(jobs_file), str(body_file), str(seed * 100 + i)]
+            return _wrk.run_script(urls[i], SCRIPT, script_args, seconds=args.seconds, connections=share[i])
+
+        if len(urls) == 1:
+            return one(0)
+        with ThreadPoolExecutor(len(urls)) as pool:
+            figs = list(pool.map(one, range(len(urls))))
+        return {
+            "rps": sum(f["rps"] for f in figs),
+            "p50_ms": statistics.median(f["p50_ms"] for f in figs),
+            "p99_ms": max(f["p99_ms"] for f in figs),
+            "errors": sum(f["errors"] for f in figs),
+            "requests": sum(f["requests"] for f in figs),
+        }
 
     flags = ("--log-level", "info", "--workers", str(args.workers))  # production defaults: access lines to a file
-    with LiveServer(url, *flags, log=tmp / "ci-sizer.log") as ours:
-        answer = httpx.get(ours.url + _load.sizing_path(0), timeout=10)
+    with contextlib.ExitStack() as stack:
+        ours = [
+            stack.enter_context(LiveServer(url, *flags, log=tmp / f"ci-sizer-{i}.log")) for i in range(args.replicas)
+        ]
+        answer = httpx.get(ours[0].url + _load.sizing_path(0), timeout=10)
         answer.raise_for_status()
         (tmp / "answer.json").write_bytes(answer.content)
         print(f"answer body: {len(answer.content)} bytes", flush=True)
-        with BareApp(tmp / "answer.json", tmp / "bare.log") as bare:
-            return rounds({"bare FastAPI": bare.url, "ci-sizer": ours.url}, args.rounds, measure)
+        bare = [stack.enter_context(BareApp(tmp / "answer.json", tmp / f"bare-{i}.log")) for i in range(args.replicas)]
+        return rounds(
+            {"bare FastAPI": " ".join(b.url for b in bare), "ci-sizer": " ".join(o.url for o in ours)},
+            args.rounds,
+            measure,
+        )
 
 
 if __name__ == "__main__":

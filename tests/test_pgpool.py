@@ -1,0 +1,202 @@
+"""The lean asyncpg pool (service/pgpool.py) against the real PostgreSQL of the test session."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg  # type: ignore[import-untyped]
+import pytest
+
+from service.pgpool import Pool, PoolClosed, PoolTimeout, asyncpg_dsn
+
+
+@pytest.fixture
+async def pool(postgresql_database: str) -> AsyncIterator[Pool]:
+    p = Pool(postgresql_database, size=2, acquire_timeout=2)
+    yield p
+    await p.close()
+
+
+def test_dsn_drops_the_driver() -> None:
+    assert asyncpg_dsn("postgresql+asyncpg://u@h:5/db") == "postgresql://u@h:5/db"
+    assert asyncpg_dsn("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+async def test_helpers_and_reuse_without_reset(pool: Pool) -> None:
+    assert await pool.fetchval("SELECT 1 + $1::int", 2) == 3
+    row = await pool.fetchrow("SELECT $1::text AS a", "x")
+    assert row["a"] == "x"
+    assert await pool.execute("SELECT 1") == "SELECT 1"
+    assert [r[0] for r in await pool.fetch("SELECT generate_series(1, 3)")] == [1, 2, 3]
+    # one connection serves them all, handed back as it is: the same backend each time
+    pids = {await pool.fetchval("SELECT pg_backend_pid()") for _ in range(5)}
+    assert len(pids) == 1
+    assert pool.opened == 1
+    assert pool.discarded == 0
+
+
+async def test_concurrency_beyond_the_size_waits(pool: Pool) -> None:
+    running = 0
+    peak = 0
+
+    async def one() -> int:
+        nonlocal running, peak
+        async with pool.acquire() as conn:
+            running += 1
+            peak = max(peak, running)
+            await conn.execute("SELECT pg_sleep(0.05)")
+            running -= 1
+            return int(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    started = time.monotonic()
+    pids = await asyncio.gather(*(one() for _ in range(6)))
+    took = time.monotonic() - started
+    assert peak == 2  # never more than the size at once
+    assert len(set(pids)) == 2
+    assert took >= 0.15  # six sleeps of 50 ms over two connections: three waves
+    assert pool.opened == 2
+    assert pool.free == 2
+
+
+async def test_acquire_timeout_raises_a_clear_error(pool: Pool) -> None:
+    async with pool.acquire(), pool.acquire():
+        started = time.monotonic()
+        with pytest.raises(PoolTimeout, match=r"no database connection free within 0\.1s \(pool of 2"):
+            async with pool.acquire(timeout=0.1):
+                pass
+        assert 0.09 <= time.monotonic() - started < 1
+    # the slots came back: acquiring works again
+    assert await pool.fetchval("SELECT 1") == 1
+    assert pool.free == 2
+
+
+async def test_a_broken_connection_is_replaced(pool: Pool, postgresql_database: str) -> None:
+    pid = await pool.fetchval("SELECT pg_backend_pid()")
+    admin = await asyncpg.connect(asyncpg_dsn(postgresql_database))
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    # the first use after the kill may fail (the pool cannot know before trying); the connection is then
+    # dropped, so the next use works on a new one
+    try:
+        await pool.fetchval("SELECT 1")
+    except (
+        asyncpg.AdminShutdownError,
+        asyncpg.ConnectionDoesNotExistError,
+        asyncpg.exceptions.InternalClientError,  # asyncpg read the FATAL while idle and lost step
+        ConnectionError,
+    ):
+        assert pool.discarded == 1
+    assert await pool.fetchval("SELECT 1") == 1
+    new_pid = await pool.fetchval("SELECT pg_backend_pid()")
+    assert new_pid != pid
+    assert pool.opened == 1
+
+
+async def test_a_closed_connection_is_replaced(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        old = conn
+        await conn.close()
+    assert pool.discarded == 1
+    async with pool.acquire() as conn:
+        assert conn is not old
+        assert await conn.fetchval("SELECT 1") == 1
+
+
+async def test_a_connection_left_in_a_transaction_is_discarded(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+        await conn.execute("BEGIN")
+        await conn.execute("CREATE TEMPORARY TABLE leftover (x int)")
+    assert pool.discarded == 1
+    async with pool.acquire() as conn:
+        assert not conn.is_in_transaction()
+        assert await conn.fetchval("SELECT pg_backend_pid()") != pid
+        # nothing of the abandoned transaction is visible
+        assert await conn.fetchval("SELECT to_regclass('pg_temp.leftover')") is None
+
+
+async def test_a_failed_transaction_is_discarded(pool: Pool) -> None:
+    async with pool.acquire() as conn:
+        await conn.execute("BEGIN")
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            await conn.execute("SELECT 1 / 0")
+        assert conn.is_in_transaction()  # aborted, awaiting a ROLLBACK
+    assert pool.discarded == 1
+    assert await pool.fetchval("SELECT 1") == 1
+
+
+async def test_a_server_error_outside_a_transaction_keeps_the_connection(pool: Pool) -> None:
+    pid = await pool.fetchval("SELECT pg_backend_pid()")
+    with pytest.raises(asyncpg.DivisionByZeroError):
+        await pool.fetchval("SELECT 1 / 0")
+    assert pool.discarded == 0
+    assert await pool.fetchval("SELECT pg_backend_pid()") == pid
+
+
+async def test_a_cancelled_query_discards_the_connection(pool: Pool) -> None:
+    async def slow() -> None:
+        async with pool.acquire() as conn:
+            await conn.execute("SELECT pg_sleep(5)")
+
+    task = asyncio.create_task(slow())
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool.discarded == 1
+    assert pool.free == 2
+    assert await pool.fetchval("SELECT 1") == 1
+
+
+async def test_close_closes_all(postgresql_database: str) -> None:
+    pool = Pool(postgresql_database, size=3)
+    held = []
+    for _ in range(3):
+        cm = pool.acquire()
+        held.append((cm, await cm.__aenter__()))
+    conns = [c for _, c in held]
+    for cm, _ in held[:2]:
+        await cm.__aexit__(None, None, None)
+    # one still in use: close waits for it (briefly), then terminates it
+    pool.close_timeout = 0.2
+    await pool.close()
+    assert all(c.is_closed() for c in conns)
+    assert pool.opened == 0
+    with pytest.raises(PoolClosed):
+        async with pool.acquire():
+            pass
+    await held[2][0].__aexit__(None, None, None)  # a late release is harmless
+
+
+async def test_close_waits_for_a_connection_in_use(postgresql_database: str) -> None:
+    pool = Pool(postgresql_database, size=2)
+    release = asyncio.Event()
+
+    async def user() -> int:
+        async with pool.acquire() as conn:
+            await release.wait()
+            return int(await conn.fetchval("SELECT 7"))
+
+    task = asyncio.create_task(user())
+    await asyncio.sleep(0.05)
+    closing = asyncio.create_task(pool.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()
+    release.set()
+    assert await task == 7  # the query in flight finished on its connection
+    await closing
+    assert pool.opened == 0
+
+
+async def test_database_down_fails_fast_and_recovers() -> None:
+    # nothing listens on port 1: opening a connection fails, the slot stays usable
+    pool = Pool("postgresql://postgres@127.0.0.1:1/postgres", size=1, acquire_timeout=1)
+    for _ in range(2):
+        with pytest.raises(OSError, match=r"[Cc]onnect"):
+            await pool.fetchval("SELECT 1")
+    assert pool.free == 1
+    await pool.close()

@@ -9,6 +9,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import multiprocess
@@ -20,7 +21,7 @@ from service import __version__, analyses, core
 from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
-from service.db import build_engine, build_sessionmaker
+from service.db import POOL_SIZE, build_engine, build_sessionmaker, is_local_postgres
 from service.errors import PayloadTooLarge, install_error_handlers, problem_response
 from service.health import check_database
 from service.jobs.service import SummaryRefresher
@@ -28,6 +29,7 @@ from service.observability.fleet import FleetTracker, flush_and_refresh
 from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability
 from service.paths import RawPathSegments
+from service.pgpool import Pool
 from service.routers import api_router
 from service.runs import bodies
 from service.runs.retention import Pruner
@@ -134,6 +136,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             else engine
         )
         app.state.engine = engine
+        # PostgreSQL: the build path's misses and single-run POSTs go through a lean asyncpg pool
+        # (sizing/fastpath.py, runs/fastpath.py); SQLite stays on the routes
+        app.state.pgpool = None if settings.is_sqlite else lean_pool(settings)
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
         app.state.write_engine = write_engine
@@ -193,6 +198,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.state.bodies.close()
             await app.state.fleet.flush(write_maker)
             await pruner.run_once(write_maker, app.state.answers, recover=False)
+            if app.state.pgpool is not None:
+                await app.state.pgpool.close()
             await engine.dispose()
             if write_engine is not engine:
                 await write_engine.dispose()
@@ -222,11 +229,28 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_router)
     app.include_router(ui_router)
     # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
-    app.add_middleware(CachedSizing, cache=app.state.answers, tokens=tokens)
+    app.add_middleware(CachedSizing, cache=app.state.answers, tokens=tokens, state=app.state)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observability)
     app.add_middleware(RawPathSegments)
     return app
+
+
+def lean_pool(settings: Settings) -> Pool:
+    """The build path's asyncpg pool, with the engine's bounds and session settings (no TLS probe on a
+    local server, one generic plan per prepared statement)."""
+    kwargs: dict[str, Any] = {
+        "command_timeout": settings.database_statement_timeout_seconds,
+        "server_settings": {"plan_cache_mode": "force_generic_plan"},
+    }
+    if is_local_postgres(settings.database_url):
+        kwargs["ssl"] = False
+    return Pool(
+        settings.database_url,
+        size=POOL_SIZE,
+        acquire_timeout=settings.database_connect_timeout_seconds,
+        **kwargs,
+    )
 
 
 #: seconds between the checks that keep ``ci_sizer_database_ready`` current without a probe

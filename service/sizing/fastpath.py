@@ -1,4 +1,4 @@
-"""Cached sizing answers served before routing.
+"""Sizing answers served before routing: cached ones, and on PostgreSQL the misses too.
 
 A build asks for its job's sizing at every start. When the in-process cache holds a fresh answer
 for the exact request, this pure-ASGI middleware sends those bytes without going through routing,
@@ -9,25 +9,36 @@ canonical query parameters (``format`` and ``containers`` included: a rendered f
 from the cached answer, as the route does), a caller allowed to read that org, and a fresh cache entry. Anything
 else (a bad parameter, a missing token, a miss) goes on to the app, which answers as it always
 does; a request served here gets the same status, headers and body the route would send.
+
+On PostgreSQL (the lifespan sets ``app.state.pgpool``, a lean asyncpg pool) a miss is answered here
+as well: one statement (``sizing/pgread.py``) within the sizing deadline, the same ``compute`` and
+core, the answer cached under a ticket as the route caches it, and on a database fault or past the
+deadline the degraded answer (200, ``CI-Sizer-Degraded: true``). SQLite stays on the route.
 """
 
 from __future__ import annotations
 
+import logging
 import re
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import parse_qsl
 
+import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import TokenStore, principal_from
-from service.cache import AnswerCache, CacheKey
+from service.cache import AnswerCache, CacheKey, Entry
+from service.db import DB_FAULTS, within
 from service.errors import ServiceError
 from service.keys import ScopeKey
-from service.observability.metrics import RECOMMENDATIONS, SIZING_CACHE
+from service.observability.metrics import DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDATIONS, SIZING_CACHE
 from service.observability.middleware import RouteLabel
 from service.paths import segment
-from service.sizing import formats
-from service.sizing.params import BUFFER, DEFAULT, RUNS
+from service.pgpool import Pool, PoolClosed
+from service.sizing import formats, pgread
+from service.sizing import service as sizing_service
+from service.sizing.params import BUFFER, DEFAULT, RUNS, SizingParams
+from service.sizing.service import Policy, Recommendation
 from service.wire import STAT_NAMES, CpuPercentile
 
 PREFIX = "/api/v1/sizing/"
@@ -38,6 +49,10 @@ _CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,3}")
 
 
 _FORMATS = frozenset(("json", *formats.RENDERERS))
+_DEGRADED = formats.DEGRADED_HEADER.lower().encode()
+log = logging.getLogger("ci_sizer.sizing")
+#: what makes a miss answer degraded: the database's faults, and the pool closing under a request
+_FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed)
 
 
 class Params(NamedTuple):
@@ -85,33 +100,37 @@ def _params(query: bytes) -> Params | None:
 
 
 class CachedSizing:
-    def __init__(self, app: ASGIApp, *, cache: AnswerCache, tokens: TokenStore) -> None:
+    def __init__(self, app: ASGIApp, *, cache: AnswerCache, tokens: TokenStore, state: Any = None) -> None:
         self.app = app
         self.cache = cache
         self.tokens = tokens
+        #: the app's state: on PostgreSQL its ``pgpool`` (set by the lifespan) answers misses here too
+        self.state = state
         self.route = RouteLabel(ROUTE)  #: for the request metrics' and logs' route label
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
-            found = self._lookup(scope)
-            if found is not None:
-                media_type, body = found
-                scope["route"] = self.route
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 200,
-                        "headers": [
-                            (b"content-length", str(len(body)).encode()),
-                            (b"content-type", media_type.encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
+            request = self._request(scope)
+            if request is not None:
+                key, params = request
+                found = self._hit(key, params)
+                if found is None:
+                    pool = getattr(self.state, "pgpool", None) if self.state is not None else None
+                    if pool is not None:
+                        found = await self._miss(pool, key, params)
+                if found is not None:
+                    media_type, body, degraded = found
+                    scope["route"] = self.route
+                    headers = [(b"content-length", str(len(body)).encode()), (b"content-type", media_type.encode())]
+                    if degraded:
+                        headers.append((_DEGRADED, b"true"))
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    await send({"type": "http.response.body", "body": body})
+                    return
         await self.app(scope, receive, send)
 
-    def _lookup(self, scope: Scope) -> tuple[str, bytes] | None:
+    def _request(self, scope: Scope) -> tuple[ScopeKey, Params] | None:
+        """The job and parameters of a sizing request this path may answer, else None."""
         path: str = scope["path"]
         if not path.startswith(PREFIX):
             return None
@@ -134,11 +153,54 @@ class CachedSizing:
                     return None
         except ServiceError:
             return None
+        return key, params
+
+    def _hit(self, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         hit = self.cache.fresh(key, params.key)
         if hit is None:
             return None
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
         if params.output == "json":
-            return "application/json", hit.body
-        return formats.render(params.output, hit.answer, params.mapping)
+            return "application/json", hit.body, False
+        return (*formats.render(params.output, hit.answer, params.mapping), False)
+
+    async def _miss(self, pool: Pool, key: ScopeKey, params: Params) -> tuple[str, bytes, bool]:
+        """A cache miss on PostgreSQL: the answer read with one statement through the lean pool
+        (``sizing/pgread.py``) within the sizing deadline, computed by the same ``compute``, cached;
+        on a database fault or past the deadline the degraded answer (fail-open, 200), as the route
+        answers it."""
+        SIZING_CACHE.labels(result="miss").inc()
+        state = self.state
+        settings = state.settings
+        policy = Policy.of(settings, state.ceilings)
+        ticket = self.cache.ticket(key)
+        try:
+            rec = await within(settings.sizing_deadline_ms / 1000, _read(pool, key, params.key, policy))
+        except _FAULTS as exc:
+            DEGRADED_ANSWERS.inc()
+            if not isinstance(exc, TimeoutError):
+                DATABASE_ERRORS.inc()
+            log.warning("sizing answered degraded: %s", type(exc).__name__)
+            last = self.cache.last_served(key, params.key)
+            answer = sizing_service.degraded(
+                key=key, last=None if last is None else last.answer, params=params.key, policy=policy
+            )
+            RECOMMENDATIONS.labels(phase=answer.meta.phase, override_scope=answer.meta.override_scope).inc()
+            if params.output == "json":
+                return "application/json", orjson.dumps(answer.as_dict()), True
+            return (*formats.render(params.output, answer, params.mapping), True)
+        meta = rec.answer.meta
+        body = orjson.dumps(rec.answer.as_dict())
+        self.cache.put(key, params.key, ticket, Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until))
+        RECOMMENDATIONS.labels(phase=meta.phase, override_scope=meta.override_scope).inc()
+        if rec.job_id is not None:
+            state.fleet.note(rec.job_id, rec.totals())
+        if params.output == "json":
+            return "application/json", body, False
+        return (*formats.render(params.output, rec.answer, params.mapping), False)
+
+
+async def _read(pool: Pool, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+    async with pool.acquire() as conn:
+        return await pgread.recommend(conn=conn, key=key, params=params, policy=policy)

@@ -32,6 +32,7 @@ from service.paths import RawPathSegments
 from service.pgpool import Pool
 from service.routers import api_router
 from service.runs import bodies
+from service.runs.fastpath import FastRuns
 from service.runs.retention import Pruner
 from service.runs.service import JobIds
 from service.settings import Settings, get_settings, is_loopback
@@ -230,6 +231,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui_router)
     # outermost last: path segments rebuilt first, then metrics and logs (they see 413s too)
     app.add_middleware(CachedSizing, cache=app.state.answers, tokens=tokens, state=app.state)
+    app.add_middleware(FastRuns, tokens=tokens, state=app.state)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observability)
     app.add_middleware(RawPathSegments)

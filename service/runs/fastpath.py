@@ -1,0 +1,277 @@
+"""``POST /api/v1/runs`` of a new run answered before routing, on PostgreSQL, in ONE statement.
+
+The route (``runs/router.py``) takes a session, a unit of work and about seven round trips (BEGIN,
+the job's id, the run, its containers, NOTIFY, COMMIT). This pure-ASGI middleware stores a new run
+with one statement on the lean asyncpg pool (``service/pgpool.py``), in its implicit transaction:
+the job found or created, the run inserted ``ON CONFLICT DO NOTHING`` (rule I4), its containers from
+arrays (``unnest``), and ``pg_notify`` for the change feed, which PostgreSQL delivers only once that
+statement commits. One statement is atomic: a fault or a timeout stores all of it or nothing.
+
+It only answers what it is sure of, and hands everything else, body and all, to the route, which
+answers as it always does (through the shared problem+json handlers):
+
+- a body the worker process should reduce (``bodies.MIN_BYTES`` and over), or one that does not
+  parse or validate (422), a caller without a valid ingest token or not allowed the org (401/403),
+  timestamps outside the allowed window (422);
+- a run already stored: the route reads it back and answers 200 (same content) or 409 (rule I4).
+
+What it answers itself: 201 with the stored run (the route's body), or 503 with ``Retry-After``
+when the database fails or does not commit within the ingest timeout (nothing half-written). After
+the commit it does what the route's after-commit hooks do: this worker's cached answer invalidated,
+the job noted for retention and for its summary, the ingest metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service import changes
+from service.auth import TokenStore, principal_from
+from service.db import DB_FAULTS, within
+from service.errors import PROBLEM_JSON, ServiceError, Unavailable, problem_response
+from service.keys import ScopeKey
+from service.observability.metrics import DATABASE_ERRORS, OOM_SUSPECT_RUNS, RUNS_INGESTED
+from service.observability.middleware import RouteLabel
+from service.pgpool import Pool, PoolClosed
+from service.runs import bodies
+from service.runs import service as runs_service
+from service.runs.schemas import RunCreate
+from service.wire import STAT_NAMES, utcnow
+
+PATH = "/api/v1/runs"
+log = logging.getLogger("ci_sizer.runs")
+_FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed)
+
+# $1-$4 the job's key, $5 now (created_at, ingested_at), $6-$12 the run, $13-$24 its containers as
+# arrays, $25-$26 the notification. A job created here by a concurrent request after this
+# statement's snapshot gives no job id (the insert does nothing on the unique key): the caller
+# runs the statement again, which sees it.
+STATEMENT = """
+WITH found AS (
+    SELECT id FROM jobs WHERE org = $1::varchar AND repo = $2::varchar AND workflow = $3::varchar AND job = $4::varchar
+),
+created_job AS (
+    INSERT INTO jobs (org, repo, workflow, job, created_at)
+    SELECT $1::varchar, $2::varchar, $3::varchar, $4::varchar, $5::timestamp WHERE NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+),
+job AS (SELECT id FROM found UNION ALL SELECT id FROM created_job),
+run AS (
+    INSERT INTO runs (job_id, run_id, started_at, finished_at, ingested_at, node_memory_bytes,
+        pod_memory_peak_bytes, clean, content_hash)
+    SELECT id, $6::varchar, $7::timestamp, $8::timestamp, $5::timestamp, $9::bigint, $10::bigint, $11::boolean,
+        $12::varchar
+    FROM job
+    ON CONFLICT (job_id, run_id) DO NOTHING
+    RETURNING id
+),
+stored AS (
+    INSERT INTO run_containers (run_pk, position, name, cpu_peak, cpu_p99, cpu_p95, cpu_p75, cpu_p50, cpu_avg,
+        memory_peak_bytes, memory_limit_bytes, cpu_request_millicores, oom_killed, oom_kill_events, oom_suspect)
+    SELECT run.id, c.* FROM run,
+        unnest($13::integer[], $14::varchar[], $15::float8[], $16::float8[], $17::float8[], $18::float8[],
+            $19::float8[], $20::float8[], $21::bigint[], $22::bigint[], $23::float8[], $24::boolean[],
+            $27::bigint[], $28::boolean[]) AS c
+    RETURNING 1
+),
+notified AS (SELECT pg_notify($25::text, $26::text) FROM run)
+SELECT (SELECT id FROM job) AS job_id, (SELECT id FROM run) AS run_pk, (SELECT count(*) FROM notified) AS notified
+"""
+_COLUMNS = (
+    "position",
+    "name",
+    *(f"cpu_{k}" for k in STAT_NAMES),
+    "memory_peak_bytes",
+    "memory_limit_bytes",
+    "cpu_request_millicores",
+    "oom_killed",
+)
+
+
+def arguments(prepared: runs_service.PreparedRun, *, now: Any, origin: str) -> list[Any]:
+    """The statement's arguments for one prepared run."""
+    body = prepared.body
+    rows = prepared.containers
+    payload = orjson.dumps({"origin": origin, "changed": [body.org, body.repo, body.workflow, body.job]}).decode()
+    return [
+        body.org,
+        body.repo,
+        body.workflow,
+        body.job,
+        now,
+        body.run_id,
+        body.started_at,
+        body.finished_at,
+        body.node_memory_bytes,
+        body.pod_memory_peak_bytes,
+        prepared.clean,
+        prepared.content_hash,
+        *([r[c] for r in rows] for c in _COLUMNS),
+        changes.CHANNEL,
+        payload,
+        [r["oom_kill_events"] for r in rows],
+        [r["oom_suspect"] for r in rows],
+    ]
+
+
+class FastRuns:
+    def __init__(self, app: ASGIApp, *, tokens: TokenStore, state: Any) -> None:
+        self.app = app
+        self.tokens = tokens
+        self.state = state  #: the app's state: its ``pgpool`` (PostgreSQL only), settings, caches
+        self.route = RouteLabel(PATH)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        pool: Pool | None = getattr(self.state, "pgpool", None)
+        if (
+            pool is None
+            or scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope["path"] != PATH
+            or scope.get("root_path")
+            or scope.get("query_string")
+        ):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        prepared = self._accept(scope, body)
+        if prepared is not None:
+            scope["route"] = self.route
+            answered = await self._store(pool, scope, send, prepared)
+            if answered:
+                return
+        await self.app(scope, _replay(body, receive), send)
+
+    def _accept(self, scope: Scope, body: bytes) -> runs_service.PreparedRun | None:
+        """The run, prepared for storing, if this path may store it; None hands it to the route."""
+        if not body or len(body) >= bodies.MIN_BYTES:
+            return None
+        header = ""
+        content_type = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization" and not header:
+                header = value.decode("latin-1")
+            elif name == b"content-type":
+                content_type = value
+        if not content_type.startswith(b"application/json"):
+            return None
+        try:
+            principal = principal_from(self.tokens, header)
+            if "ingest" not in principal.roles:
+                return None
+            run = RunCreate.model_validate(orjson.loads(body))
+        except (ServiceError, ValidationError, orjson.JSONDecodeError):
+            return None
+        if not principal.may_access_org(run.org):
+            return None
+        if runs_service.time_errors(run, now=utcnow(), **_window(self.state.settings)):
+            return None
+        return runs_service.prepare(run)
+
+    async def _store(self, pool: Pool, scope: Scope, send: Send, prepared: runs_service.PreparedRun) -> bool:
+        """Store the run; True when answered (201 or 503), False when it was already stored (the
+        route answers 200 or 409)."""
+        state = self.state
+        settings = state.settings
+        args = arguments(prepared, now=utcnow(), origin=state.answers.origin)
+        try:
+            row = await within(settings.ingest_timeout_seconds, _execute(pool, args))
+        except TimeoutError:
+            await _send(
+                send,
+                _unavailable(f"the database did not commit the run within {settings.ingest_timeout_seconds:g}s; retry"),
+            )
+            return True
+        except _FAULTS as exc:
+            DATABASE_ERRORS.inc()
+            log.warning("database error on %s: %s", PATH, type(exc).__name__)
+            await _send(send, _unavailable("the database is unavailable; retry later"))
+            return True
+        if row is None:
+            return False
+        job_id, _run_pk = row
+        body = prepared.body
+        key = ScopeKey(body.org, body.repo, body.workflow, body.job)
+        # after the commit (the statement's own): this worker reads its own writes
+        state.answers.invalidate(key)
+        state.pruner.note(job_id, key)
+        state.summaries.note(job_id, key)
+        RUNS_INGESTED.labels(result="created").inc()
+        if not prepared.clean:
+            OOM_SUSPECT_RUNS.inc()
+        values = {"run_id": body.run_id, "finished_at": body.finished_at, "clean": prepared.clean}
+        run = runs_service.run_public(body, _Row(values), [_Row(c) for c in prepared.containers], "created")
+        content = orjson.dumps(run.model_dump(mode="json"))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 201,
+                "headers": [(b"content-length", str(len(content)).encode()), (b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": content})
+        return True
+
+
+class _Row:
+    """A mapping's items as attributes (what ``run_public`` reads)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+async def _execute(pool: Pool, args: list[Any]) -> tuple[int, int] | None:
+    """(job id, run pk) of a stored run; None when the run was already stored."""
+    async with pool.acquire() as conn:
+        for _ in range(3):
+            row = await conn.fetchrow(STATEMENT, *args)
+            if row["job_id"] is not None:
+                return None if row["run_pk"] is None else (row["job_id"], row["run_pk"])
+            # the job was created concurrently, after this statement's snapshot: again, which sees it
+    return None
+
+
+def _window(settings: Any) -> dict[str, Any]:
+    return {
+        "max_ahead": timedelta(seconds=settings.finished_at_max_ahead_seconds),
+        "max_age": timedelta(days=settings.finished_at_max_age_days),
+    }
+
+
+def _unavailable(detail: str) -> Response:
+    return problem_response(503, detail=detail, type_=Unavailable.type_, instance=PATH, headers={"Retry-After": "2"})
+
+
+async def _send(send: Send, response: Response) -> None:
+    assert response.media_type == PROBLEM_JSON
+    await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay

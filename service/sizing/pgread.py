@@ -14,6 +14,7 @@ one row with no job; a window row per container of each run, newest run first.
 from __future__ import annotations
 
 import math
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 
 from service.keys import ScopeKey
+from service.observability.metrics import CORE_DURATION
 from service.overrides.service import PinRow, is_expired
 from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun
 from service.sizing.params import SizingParams
@@ -145,6 +147,8 @@ async def recommend(*, conn: Any, key: ScopeKey, params: SizingParams, policy: P
     """``sizing.service.recommend`` in one statement on an asyncpg connection."""
     rows = await conn.fetch(STATEMENT, key.org, key.repo, key.workflow, key.job, max(params.runs, _PHASE_SAMPLES))
     job_id, history, pins = history_of(rows, need_node_memory=policy.max_memory is None)
+    started = time.perf_counter()
     computed = compute(key=key, history=history, pins=pins, params=params, policy=policy)
+    CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
     return Recommendation(answer=computed, job_id=job_id, fresh_until=min(expiries, default=math.inf))

@@ -218,7 +218,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.tokens = tokens
     app.state.fleet = FleetTracker()
     app.state.pruner = Pruner(settings.retention_runs)
-    app.state.summaries = SummaryRefresher()
+    # a job under a steady stream of runs is summarised at most every 30 s (the jobs list, not the build path)
+    app.state.summaries = SummaryRefresher(min_interval=max(settings.jobs_summary_seconds, SUMMARY_MIN_INTERVAL))
     app.state.job_ids = JobIds()
     app.state.ceilings = ceilings.load(settings.runner_ceilings_file)
     # on SQLite no change feed reaches other workers: with several, answers are fresh for a short TTL
@@ -254,6 +255,9 @@ def lean_pool(settings: Settings) -> Pool:
         **kwargs,
     )
 
+
+#: seconds between two summaries of one job that keeps getting runs (jobs/service.SummaryRefresher)
+SUMMARY_MIN_INTERVAL = 30.0
 
 #: seconds between the checks that keep ``ci_sizer_database_ready`` current without a probe
 DATABASE_CHECK_SECONDS = 10.0

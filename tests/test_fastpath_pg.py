@@ -218,3 +218,23 @@ async def test_a_hung_read_answers_the_last_answer_degraded(make_client: Any, pg
         again = await client.get(sizing_path(), params={"format": "k8s"})
         assert again.status_code == 200
         assert "ci-sizer-degraded" not in again.headers
+
+
+def test_a_job_under_steady_runs_is_summarised_at_most_every_min_interval() -> None:
+    from service.jobs.service import SummaryRefresher
+
+    refresher = SummaryRefresher(min_interval=60.0)
+    refresher.note(1, KEY)
+    assert refresher._due() == {1: KEY}  # first run after a quiet spell: on the next pass
+    assert refresher.pending == {}
+    refresher.note(1, KEY)
+    other = ScopeKey("acme", "web", "ci", "other")
+    refresher.note(2, other)
+    assert refresher._due() == {2: other}  # job 1 was summarised a moment ago: it waits
+    assert refresher.pending == {1: KEY}  # kept, not dropped
+    assert SummaryRefresher()._due() == {}
+    eager = SummaryRefresher()
+    eager.note(1, KEY)
+    assert eager._due() == {1: KEY}
+    eager.note(1, KEY)
+    assert eager._due() == {1: KEY}  # min_interval 0: every pass

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import logging
 import math
+import time
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -240,12 +241,31 @@ class SummaryRefresher:
     """Keeps ``job_summaries`` current, off the request path (one per app)."""
 
     batch: int = SWEEP_BATCH
+    #: a job whose runs keep coming is refreshed at most this often (seconds; 0: on every pass). Under a
+    #: steady stream of runs every job was recomputed every pass, a full answer per job every two
+    #: seconds, which cost the build path on the same cores more than a third of its throughput
+    #: (docs/performance.md); a job's first run after a quiet spell is still summarised on the next pass.
+    min_interval: float = 0.0
     pending: dict[int, ScopeKey] = field(default_factory=dict)
     scopes: list[ScopeKey] = field(default_factory=list)
+    _refreshed: dict[int, float] = field(default_factory=dict)  #: monotonic time of a noted job's last refresh
 
     def note(self, job_id: int, key: ScopeKey) -> None:
         """A run of this job was stored."""
         self.pending[job_id] = key
+
+    def _due(self) -> dict[int, ScopeKey]:
+        """The noted jobs to refresh now; those refreshed within ``min_interval`` stay pending."""
+        if self.min_interval <= 0:
+            due, self.pending = self.pending, {}
+            return due
+        now = time.monotonic()
+        recent = {j: t for j, t in self._refreshed.items() if now - t < self.min_interval}
+        due = {j: k for j, k in self.pending.items() if j not in recent}
+        deferred = {j: k for j, k in self.pending.items() if j in recent}
+        self._refreshed = {**recent, **dict.fromkeys(due, now)}
+        self.pending = deferred
+        return due
 
     def note_scope(self, key: ScopeKey) -> None:
         """An override at this scope was written: every job under it may answer differently."""
@@ -254,7 +274,7 @@ class SummaryRefresher:
     async def run_once(
         self, engine: AsyncEngine, policy: sizing_service.Policy, write_engine: AsyncEngine | None = None
     ) -> int:
-        jobs, self.pending = self.pending, {}
+        jobs = self._due()
         scopes, self.scopes = self.scopes, []
         done = 0
         try:

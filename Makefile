@@ -44,9 +44,10 @@ bench: $(PY)  ## all benches (under 10 minutes); writes bench/RESULTS.md
 	$(PY) bench/http.py $(DB_FLAG) --results bench/out/http.json
 	$(PY) bench/history.py $(DB_FLAG) --results bench/out/history.json
 	$(PY) bench/ingest.py $(DB_FLAG) --results bench/out/ingest.json
+	$(PY) bench/pgpool.py $(DB_FLAG) --results bench/out/pgpool.json
 	$(PY) bench/placement.py --results bench/out/placement.json
 	$(PY) bench/backtest.py --results bench/out/backtest.json
 	$(PY) bench/ui.py $(DB_FLAG) --results bench/out/ui.json
 	$(PY) bench/ui.py --sqlite --results bench/out/ui-sqlite.json
-	$(PY) bench/report.py bench/out/mixed.json bench/out/core.json bench/out/http.json bench/out/history.json bench/out/ingest.json bench/out/placement.json bench/out/backtest.json bench/out/ui.json bench/out/ui-sqlite.json > bench/RESULTS.md
+	$(PY) bench/report.py bench/out/mixed.json bench/out/core.json bench/out/http.json bench/out/history.json bench/out/ingest.json bench/out/pgpool.json bench/out/placement.json bench/out/backtest.json bench/out/ui.json bench/out/ui-sqlite.json > bench/RESULTS.md
 	@echo "wrote bench/RESULTS.md"

@@ -19,8 +19,9 @@ TITLES = {
     "backtest": "Backtest: a year of history for 1,000 jobs at 20 runs a day (bench/backtest.py)",
     "ui": "Operator's page and GET /api/v1/jobs at 10,000 jobs (bench/ui.py)",
     "ui-sqlite": "Operator's page and GET /api/v1/jobs at 10,000 jobs on SQLite (bench/ui.py --sqlite)",
+    "pgpool": "Connection pool: service.pgpool (no reset on release) vs asyncpg's Pool (bench/pgpool.py)",
 }
-ORDER = ["mixed", "core", "http", "history", "ingest", "placement", "backtest", "ui", "ui-sqlite"]
+ORDER = ["mixed", "core", "http", "history", "ingest", "pgpool", "placement", "backtest", "ui", "ui-sqlite"]
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:

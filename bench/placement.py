@@ -23,7 +23,7 @@ from array import array
 
 from bench._util import interleaved, save, verdict
 from service.core import _reference
-from service.placement import service as placement
+from service.placement import chains as placement
 from service.placement.schemas import PlacementAdvise, PlacementNode, PlacementPod
 
 try:

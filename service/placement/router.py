@@ -10,7 +10,7 @@ from service.auth import AuthenticatedRoute, ReadPrincipal
 from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
 from service.keys import ScopeKey
-from service.placement import service as placement_service
+from service.placement import chains as placement_service
 from service.placement.schemas import PlacementAdvise, PlacementPod, PlacementPublic
 from service.sizing import service as sizing_service
 from service.sizing.params import DEFAULT

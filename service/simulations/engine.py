@@ -38,7 +38,7 @@ from service import core
 from service.ballast import service as ballast
 from service.console import table
 from service.keys import ScopeKey
-from service.placement import chains as placement
+from service.placement import scoring as placement
 from service.plots import line_panels, step_series
 from service.quantity import format_cpu, format_memory
 from service.sizing import service as sizing_service

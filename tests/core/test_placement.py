@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.placement import chains as placement
+from service.placement import service as placement
 from service.placement.schemas import PlacementAdvise
 
 from .conftest import PURE, compiled

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.analyses import Limits
 from service.cache import AnswerCache
-from service.jobs.service import SummaryRefresher
+from service.jobs.summaries import SummaryRefresher
 from service.observability.fleet import FleetTracker
 from service.runs.bodies import Reducer
 from service.runs.retention import Pruner

@@ -12,7 +12,8 @@ from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge,
 from service.keys import ScopeKey
 from service.placement import service as placement_service
 from service.placement.pods import pod_from_answer
-from service.placement.schemas import PlacementAdvise, PlacementPod, PlacementPublic
+from service.placement.public import PlacementPublic
+from service.placement.schemas import PlacementAdvise, PlacementPod
 from service.sizing import service as sizing_service
 from service.sizing.params import DEFAULT
 

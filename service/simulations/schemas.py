@@ -16,7 +16,7 @@ from service.placement.schemas import (
     PlacementCpu,
     PlacementMemory,
 )
-from service.stages.schemas import StageTotalPublic
+from service.stages.public import StageTotalPublic
 from service.wire import (
     Name,
     Strict,

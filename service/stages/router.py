@@ -12,7 +12,8 @@ from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge,
 from service.sizing import service as sizing_service
 from service.stages import service as stages_service
 from service.stages.flatten import flatten
-from service.stages.schemas import StageCompute, StagePublic
+from service.stages.public import StagePublic
+from service.stages.schemas import StageCompute
 
 router = APIRouter(prefix="/api/v1", tags=["stages"], route_class=AuthenticatedRoute)
 

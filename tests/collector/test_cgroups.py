@@ -25,7 +25,7 @@ import pytest
 
 from service import collector
 
-from .live import LiveServer, free_port
+from ..live import LiveServer, free_port
 
 MIB = 1 << 20
 # A build: starts a second process, both allocate and touch memory, both burn CPU and hold their
@@ -323,7 +323,7 @@ def test_cgroup_self_in_a_container_view(tmp_path: Path) -> None:
             [*_container_view(memory, cpu), sys.executable, "-m", "service", "collect", *IDENTITY,
              "--spool-dir", str(tmp_path / "spool"), "--interval", "0.1", "--cgroup", "self",
              "--", sys.executable, str(script), "200", "1.0", str(report)],
-            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1],
+            capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
     c = json.loads(next((tmp_path / "spool").glob("run-*.json")).read_text())["containers"][0]

@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .live import LiveServer
+from ..live import LiveServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 
 

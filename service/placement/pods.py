@@ -11,10 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service import core
-from service.placement.schemas import (
-    PlacementContainer,
-    PlacementPod,
-)
+from service.placement.schemas import PlacementContainer, PlacementPod
 from service.quantity import format_cpu, format_memory
 from service.sizing.answer import Answer
 

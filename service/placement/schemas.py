@@ -15,10 +15,7 @@ from pydantic import (
 )
 
 from service.stages.schemas import QUANTITY_SCHEMA, StageJobRef, bounded_quantity
-from service.wire import (
-    Name,
-    Strict,
-)
+from service.wire import Name, Strict
 
 # --------------------------------------------------------------------------- wire: placement (placement.md)
 

@@ -16,12 +16,7 @@ from typing import Any
 from service import core
 from service.errors import InvalidInput
 from service.placement.pods import PodTotals, pod_totals
-from service.placement.schemas import (
-    PlacementAdvise,
-    PlacementNode,
-    ResourceWeights,
-    ScorerSpec,
-)
+from service.placement.schemas import PlacementAdvise, PlacementNode, ResourceWeights, ScorerSpec
 from service.quantity import format_cpu, format_memory
 
 SCORER_KINDS = {

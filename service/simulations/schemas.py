@@ -12,17 +12,9 @@ from pydantic import (
     model_validator,
 )
 
-from service.placement.schemas import (
-    PlacementCpu,
-    PlacementMemory,
-)
+from service.placement.schemas import PlacementCpu, PlacementMemory
 from service.stages.public import StageTotalPublic
-from service.wire import (
-    Name,
-    Strict,
-    Timestamp,
-    to_naive_utc,
-)
+from service.wire import Name, Strict, Timestamp, to_naive_utc
 
 # --------------------------------------------------------------------------- wire: simulations and ballast
 

@@ -34,8 +34,7 @@ DEFAULT_DURATION = 600.0  # seconds, for runs posted without started_at
 
 @dataclass(frozen=True)
 class Params(SizingParams):
-    """One parameter set of the grid: the live answer's parameters (declared once, in
-    ``sizing/params.py``) and the memory QoS."""
+    """One parameter set of the grid: the live answer's parameters, and the memory QoS."""
 
     memory_qos: str = "guaranteed"
 

@@ -24,7 +24,7 @@ from service.changes import ChangeFeed
 from service.db import POOL_SIZE, build_engine, build_sessionmaker, is_local_postgres
 from service.errors import PayloadTooLarge, install_error_handlers, problem_response
 from service.health import check_database
-from service.jobs.service import SummaryRefresher
+from service.jobs.summaries import SummaryRefresher
 from service.observability.fleet import FleetTracker, flush_and_refresh
 from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability
@@ -256,7 +256,7 @@ def lean_pool(settings: Settings) -> Pool:
     )
 
 
-#: seconds between two summaries of one job that keeps getting runs (jobs/service.SummaryRefresher)
+#: seconds between two summaries of one job that keeps getting runs (jobs/summaries.SummaryRefresher)
 SUMMARY_MIN_INTERVAL = 30.0
 
 #: seconds between the checks that keep ``ci_sizer_database_ready`` current without a probe

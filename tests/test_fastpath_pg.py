@@ -221,7 +221,7 @@ async def test_a_hung_read_answers_the_last_answer_degraded(make_client: Any, pg
 
 
 def test_a_job_under_steady_runs_is_summarised_at_most_every_min_interval() -> None:
-    from service.jobs.service import SummaryRefresher
+    from service.jobs.summaries import SummaryRefresher
 
     refresher = SummaryRefresher(min_interval=60.0)
     refresher.note(1, KEY)

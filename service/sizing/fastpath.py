@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import orjson
@@ -39,7 +39,7 @@ from service.sizing import formats, pgread
 from service.sizing import service as sizing_service
 from service.sizing.params import BUFFER, DEFAULT, RUNS, SizingParams
 from service.sizing.service import Policy, Recommendation
-from service.wire import STAT_NAMES, CpuPercentile
+from service.wire import STAT_NAMES
 
 PREFIX = "/api/v1/sizing/"
 ROUTE = PREFIX + "{org}/{repo}/{workflow}/{job}"
@@ -78,7 +78,7 @@ def _params(query: bytes) -> Params | None:
             if name == "cpu_percentile":
                 if value not in _PERCENTILES:
                     return None
-                percentile = cast(CpuPercentile, value)
+                percentile = value
             elif name in ("runs", "buffer") and _CANONICAL_INT.fullmatch(value):
                 if name == "runs":
                     runs = int(value)

@@ -602,6 +602,8 @@ def main_live(args: argparse.Namespace, jobs: list[Job]) -> int:
             )
             print(line)
             section.append(line)
+    if args.results:
+        save(args.results, "replay-live", rows)
     if status == 0:
         write_results(args.results_md, section)
     return status

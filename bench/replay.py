@@ -52,6 +52,7 @@ import json
 import math
 import random
 import tempfile
+import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -59,8 +60,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote
 
+import asyncpg  # type: ignore[import-untyped]
 import httpx
+from sqlalchemy.engine import make_url
 
+from bench import _load
 from bench._util import ROOT, save
 
 FILE = "wfinstances-runs.csv.gz"
@@ -283,6 +287,8 @@ class Live(Target):
                 f"asked for sizing policy {self.policy.code!r}, the server answered meta.policy {served!r}"
             )
         self.served = served
+        if body["meta"]["degraded"]:  # a fallback (the last answer) when the database was slow: not the policy's
+            raise RuntimeError(f"GET {self.path(key)} answered a degraded (fallback) answer: {body['meta']}")
         if len(body["containers"]) != 1:
             raise RuntimeError(f"expected one container in the answer for {key}, got {body['containers']}")
         c = body["containers"][0]
@@ -477,20 +483,37 @@ def tokens_file(directory: Path) -> tuple[Path, str]:
 @contextlib.contextmanager
 def served(policy: Policy, directory: Path, database_url: str | None, secret: str) -> Iterator[httpx.Client]:
     """A fresh ``python -m service serve`` for ``policy`` and a keep-alive client to it."""
-    from tests.live import LiveServer
-
     qos = "guaranteed" if policy.guaranteed else "burstable"
     name = f"replay_{policy.code}_{qos}"
     if database_url:
-        from bench import _load
-
-        url = _load.run(_load.fresh_database(database_url, f"ci_sizer_{name}"))
+        # a database of its own on the server, named apart from any other replay's, dropped after
+        url = _load.run(_load.fresh_database(database_url, f"ci_sizer_{name}_{uuid.uuid4().hex[:8]}"))
     else:
         url = f"sqlite+aiosqlite:///{directory / name}.db"
-    env = {"CI_SIZER_MEMORY_QOS": qos, "CI_SIZER_SIZING_POLICY": policy.code}
+    try:
+        with serving(policy, qos, url, directory / f"{name}.log", secret) as client:
+            yield client
+    finally:
+        if database_url:
+            _load.run(drop_database(url))
+
+
+@contextlib.contextmanager
+def serving(policy: Policy, qos: str, url: str, log: Path, secret: str) -> Iterator[httpx.Client]:
+    """The server on ``url``, its log at ``log``, the tokens file beside it; the policy checked
+    against ``/api/v1/info`` (``memory_qos``, and ``sizing_policy`` once the server has it)."""
+    from tests.live import LiveServer
+
+    directory = log.parent
+    env = {
+        "CI_SIZER_MEMORY_QOS": qos,
+        "CI_SIZER_SIZING_POLICY": policy.code,
+        # the replay measures answers, not latency: no fail-open fallback on a slow (shared) database
+        "CI_SIZER_SIZING_DEADLINE_MS": "60000",
+    }
     args = ("--tokens-file", str(directory / "tokens.toml"), "--log-level", "warning")
     with (
-        LiveServer(url, *args, log=directory / f"{name}.log", env=env) as server,
+        LiveServer(url, *args, log=log, env=env) as server,
         httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=60) as client,
     ):
         info = client.get("/api/v1/info").raise_for_status().json()
@@ -501,6 +524,14 @@ def served(policy: Policy, directory: Path, database_url: str | None, secret: st
                 f"asked for sizing policy {policy.code!r}, /api/v1/info says {info['sizing_policy']!r}"
             )
         yield client
+
+
+async def drop_database(url: str) -> None:
+    conn = await asyncpg.connect(_load._plain(url, "postgres"))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+    finally:
+        await conn.close()
 
 
 def offline_target(core: Any, p: Policy) -> Target:

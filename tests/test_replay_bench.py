@@ -76,7 +76,9 @@ def replay(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_live_seed_equals_offline(tmp_path: Path) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_live_seed_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
+    on = () if database == "sqlite" else ("--database-url", request.getfixturevalue("postgres_server").url)
     data = tmp_path / "data"
     data.mkdir()
     write_traces(data)
@@ -84,7 +86,7 @@ def test_live_seed_equals_offline(tmp_path: Path) -> None:
     md.write_text("# Benchmark results\n\n## Other bench\n\nkept as it is\n")
 
     live = replay(
-        "--data", str(data), "--policy", "seed", "--check-offline",
+        *on, "--data", str(data), "--policy", "seed", "--check-offline",
         "--results-md", str(md), "--results", str(tmp_path / "live.json"),
     )  # fmt: skip
     assert live.returncode == 0, live.stdout + live.stderr

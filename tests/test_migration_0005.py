@@ -1,10 +1,7 @@
 """Migration 0005 (issue 25) on both databases: ``overrides.sizing_policy`` (a per-scope opt-in,
 NULL = inherit) and ``fleet_priors`` (rule E6's first-run prior per org, the core's
 ``prior_update`` state). Upgrade from 0004 with data in place, downgrade to 0004, upgrade again.
-
-Until the restructure adds the table class and the column to ``service/models.py``, the schema is
-compared with the models plus the proposed ``FleetPrior`` table and ``Override.sizing_policy``
-column below (the exact shape the report asks for); once the models have them, with the models alone.
+The migrated schema is compared with ``service/tables.py`` (``FleetPrior``, ``Override.sizing_policy``).
 """
 
 from __future__ import annotations
@@ -18,12 +15,12 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import BigInteger, Column, DateTime, MetaData, String, Table, inspect, text
+from sqlalchemy import MetaData, inspect, text
 from sqlalchemy.engine import make_url
 
 from service import core, migrations
 from service.db import build_engine
-from service.models import NAMING_CONVENTION, SQLModel
+from service.tables import SQLModel
 
 from .conftest import _admin
 from .pg import PostgresServer
@@ -32,22 +29,9 @@ BIG_PEAK = 5 << 40  # 5 TiB: past 32 bits, so a 32-bit column would fail
 
 
 def expected_metadata() -> MetaData:
-    """The models, with what the report asks service/models.py to add when they lack it."""
-    if "fleet_priors" in SQLModel.metadata.tables:
-        return SQLModel.metadata
-    md = MetaData(naming_convention=NAMING_CONVENTION)
-    for table in SQLModel.metadata.tables.values():
-        table.to_metadata(md)
-    md.tables["overrides"].append_column(Column("sizing_policy", String(16), nullable=True))
-    Table(
-        "fleet_priors",
-        md,
-        Column("org", String(200), primary_key=True),
-        Column("sampled_jobs", BigInteger(), nullable=False),
-        Column("peak_bytes", BigInteger(), nullable=False),
-        Column("updated_at", DateTime(), nullable=False),
-    )
-    return md
+    """The tables as service/tables.py declares them (overrides.sizing_policy and fleet_priors included)."""
+    assert "fleet_priors" in SQLModel.metadata.tables
+    return SQLModel.metadata
 
 
 async def _inspect(url: str, sql: str | None = None, params: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if not series:
         raise CliError("no stored runs to backtest" + (f" for org {body.org!r}" if body.org else ""), code=1)
     loaded = time.perf_counter()
-    pols = backtest.policies(param_sets(body), baselines=body.baselines)
+    pols = backtest.policies(param_sets(body), baselines=body.baselines, efficient=body.efficient)
     result = backtest.run(
         series, pols, overrides, progress=Progress("backtesting"), max_backoff_memory=max_backoff_memory
     )

@@ -1,5 +1,6 @@
 """bench/replay.py (issue 25): the live closed loop through a real ``python -m service serve``
-gives, for the seed policy, exactly the figures of the offline loop over the core; and the script
+gives, for the seed and the efficient policy (both QoS), exactly the figures of the offline loop over
+the core, the efficient policy's first-run prior (stored by the server) included; and the script
 skips with a message when the traces are absent.
 
 The traces here are synthetic, written in the test's directory in the shape of the public
@@ -77,7 +78,7 @@ def replay(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_live_seed_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
+def test_live_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
     on = () if database == "sqlite" else ("--database-url", request.getfixturevalue("postgres_server").url)
     data = tmp_path / "data"
     data.mkdir()
@@ -86,7 +87,7 @@ def test_live_seed_equals_offline(tmp_path: Path, database: str, request: pytest
     md.write_text("# Benchmark results\n\n## Other bench\n\nkept as it is\n")
 
     live = replay(
-        *on, "--data", str(data), "--policy", "seed", "--check-offline",
+        *on, "--data", str(data), "--check-offline",
         "--results-md", str(md), "--results", str(tmp_path / "live.json"),
     )  # fmt: skip
     assert live.returncode == 0, live.stdout + live.stderr
@@ -95,12 +96,19 @@ def test_live_seed_equals_offline(tmp_path: Path, database: str, request: pytest
 
     live_rows = {r["policy"]: r for r in json.loads((tmp_path / "live.json").read_text())["rows"]}
     offline_rows = {r["policy"]: r for r in json.loads((tmp_path / "offline.json").read_text())["rows"]}
-    for label in ("seed (guaranteed)", "seed (burstable)"):
-        assert live_rows[label]["source"].startswith("live"), live_rows[label]
+    for label in ("seed (guaranteed)", "seed (burstable)", "efficient (guaranteed)", "efficient (burstable)"):
+        served = label.split(" ")[0]
+        assert live_rows[label]["source"] == f"live, meta.policy {served}", live_rows[label]
         assert live_rows[label]["runs"] == 36  # three jobs of 12 runs; the job of 5 runs is not replayed
         assert {f: live_rows[label][f] for f in FIGURES} == {f: offline_rows[label][f] for f in FIGURES}
     # the comparison covers killed runs (posted as OOM kills, peak clipped at the limit)
     assert live_rows["seed (guaranteed)"]["oom_killed"] >= 1
+    assert live_rows["efficient (guaranteed)"]["oom_killed"] >= 1
+    # the policies differ: the comparison would see a server that answered one for the other
+    assert (
+        live_rows["efficient (guaranteed)"]["memory_waste_gib_h"]
+        != live_rows["seed (guaranteed)"]["memory_waste_gib_h"]
+    )
     # burstable requests no more memory than guaranteed (S16): less or equal waste, same limits
     assert live_rows["seed (burstable)"]["memory_waste_gib_h"] <= live_rows["seed (guaranteed)"]["memory_waste_gib_h"]
     # the anchors are not served policies: their rows come from the offline loop and say so

@@ -148,5 +148,8 @@ def test_cli_backtest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert [p["kind"] for p in report["policies"]] == ["ci-sizer", "efficient", "recorded"]
     assert report["policies"][0]["oom_risk_runs"] == 1
     assert "efficient runs=5" in report["policies"][1]["label"]
+    assert main(["backtest", "--database-url", url, "--json", "--no-baselines", "--no-efficient"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["kind"] for p in report["policies"]] == ["ci-sizer", "recorded"]
     assert main(["backtest", "--database-url", url, "--buffer", "ten"]) == 2
     assert main(["backtest", "--database-url", url, "--org", "nobody"]) == 1

@@ -66,8 +66,9 @@ def sizing_policy(pins: dict[str, PinRow], default: str) -> str:
     ``sizing_policy``, else ``default`` (the server's setting)."""
     for scope in ("job", "workflow", "repo", "org"):
         o = pins.get(scope)
-        if o is not None and o.sizing_policy is not None:
-            return str(o.sizing_policy)
+        chosen = None if o is None else getattr(o, "sizing_policy", None)  # rows built by hand may lack it
+        if chosen is not None:
+            return str(chosen)
     return default
 
 

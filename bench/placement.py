@@ -23,8 +23,10 @@ from array import array
 
 from bench._util import interleaved, save, verdict
 from service.core import _reference
-from service.placement import service as placement
+from service.placement import scoring as placement
+from service.placement.pods import PodTotals
 from service.placement.schemas import PlacementAdvise, PlacementNode, PlacementPod
+from service.placement.service import advise
 
 try:
     from service.core import _sizing
@@ -60,7 +62,7 @@ def cluster(nodes: int, per_node: int, seed: int) -> placement.Columns:
 def timing(args: argparse.Namespace) -> None:
     n, per = args.nodes, args.pods_per_node
     cols = cluster(n, per, seed=1)
-    pod = placement.PodTotals(1000, 2 * GIB, 1000, 2 * GIB, 2000, 4 * GIB, 0, 0)
+    pod = PodTotals(1000, 2 * GIB, 1000, 2 * GIB, 2000, 4 * GIB, 0, 0)
     rows = []
     print(f"{n:,} nodes x {per} pods ({n * per:,} pods)")
     print(f"{'profile':<16}{'cython':>12}{'reference':>14}{'vs ref':>9}{'advise()':>12}")
@@ -115,7 +117,7 @@ def land(profile: str, pods: list[tuple[int, int]], seed: int) -> list[list[int]
     for i, (cpu_m, mem_mib) in enumerate(pods):
         pod = {"requests": {"cpu": f"{cpu_m}m", "memory": f"{mem_mib}Mi"}}
         body = PlacementAdvise.model_validate({"nodes": nodes, "pod": pod, "profile": profile, "seed": seed + i})
-        answer = placement.advise(body, PlacementPod.model_validate(pod), {"source": "given"})
+        answer = advise(body, PlacementPod.model_validate(pod), {"source": "given"})
         if answer["pick"] is None:
             continue
         j = next(k for k, (name, _) in enumerate(POOL) if name == answer["pick"])

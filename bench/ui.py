@@ -67,7 +67,7 @@ async def summarise_all(url: str) -> float:
     from sqlalchemy import select
 
     from service.db import build_engine
-    from service.jobs import service as jobs_service
+    from service.jobs import summaries as jobs_service
     from service.keys import ScopeKey
     from service.sizing.service import Policy
     from service.tables import Job

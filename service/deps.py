@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.analyses import Room
 from service.auth import TokenStore
 from service.cache import AnswerCache
-from service.jobs.service import SummaryRefresher
+from service.jobs.summaries import SummaryRefresher
 from service.observability.fleet import FleetTracker
 from service.runs.bodies import Reducer
 from service.runs.retention import Pruner

@@ -23,7 +23,7 @@ from service.changes import ChangeFeed
 from service.db import build_engine, build_sessionmaker
 from service.errors import PayloadTooLarge, install_error_handlers, problem_response
 from service.health import check_database
-from service.jobs.service import SummaryRefresher
+from service.jobs.summaries import SummaryRefresher
 from service.observability.fleet import FleetTracker, flush_and_refresh
 from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import unicodedata
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import (
     AfterValidator,
@@ -15,6 +15,9 @@ from pydantic import (
     Field,
     StringConstraints,
 )
+
+from service.sizing.params import STAT_NAMES as STAT_NAMES
+from service.sizing.params import CpuPercentile as CpuPercentile
 
 NAME_MAX = 200
 MAX_MEMORY_BYTES = 1 << 50  # 1 PiB: bounds inputs so the integer arithmetic never overflows
@@ -88,8 +91,6 @@ Name = Annotated[
 ]
 CpuValue = Annotated[float, Field(strict=True, ge=0, le=MAX_CPU_MILLICORES, allow_inf_nan=False)]
 MemoryBytes = Annotated[int, Field(strict=True, ge=0, le=MAX_MEMORY_BYTES)]
-STAT_NAMES = ("peak", "p99", "p95", "p75", "p50", "avg")
-CpuPercentile = Literal["peak", "p99", "p95", "p75", "p50", "avg"]
 
 
 class Strict(BaseModel):

@@ -11,8 +11,12 @@ from pydantic import (
     model_validator,
 )
 
-from service.sizing.params import BUFFER, DEFAULT_CPU_PERCENTILE, RUNS, BufferItem, RunsItem
+from service.sizing.params import BUFFER, DEFAULT_CPU_PERCENTILE, RUNS
 from service.wire import CpuPercentile, Name, Strict, Timestamp, to_naive_utc
+
+# the grid's items, strict (a JSON number, never a numeric string), bounded as the live answer's parameters
+RunsItem = Annotated[int, Field(strict=True, ge=RUNS.ge, le=RUNS.le)]
+BufferItem = Annotated[int, Field(strict=True, ge=BUFFER.ge, le=BUFFER.le)]
 
 
 class BacktestCreate(Strict):

@@ -29,6 +29,7 @@ from service.backtests.walk import walk as score_walk
 from service.keys import ScopeKey
 from service.overrides.service import is_expired
 from service.sizing import service as sizing
+from service.sizing.params import CpuPercentile, SizingParams
 from service.tables import Job, Override, Run, RunContainer
 from service.wire import utcnow
 
@@ -36,10 +37,9 @@ DEFAULT_DURATION = 600.0  # seconds, for runs posted without started_at
 
 
 @dataclass(frozen=True)
-class Params:
-    runs: int = 5
-    buffer: int = 20
-    cpu_percentile: str = "p95"
+class Params(SizingParams):
+    """One parameter set of the grid: the live answer's parameters, and the memory QoS."""
+
     memory_qos: str = "guaranteed"
 
 
@@ -91,7 +91,9 @@ def policies(param_sets: Sequence[Params], *, baselines: bool = True, efficient:
     return out
 
 
-def grid(runs: Iterable[int], buffers: Iterable[int], percentiles: Iterable[str], qos: Iterable[str]) -> list[Params]:
+def grid(
+    runs: Iterable[int], buffers: Iterable[int], percentiles: Iterable[CpuPercentile], qos: Iterable[str]
+) -> list[Params]:
     return [Params(r, b, c, q) for r, b, c, q in itertools.product(runs, buffers, percentiles, qos)]
 
 

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from service.cli.common import CliError, Progress, read_database, validated
+from service.sizing.params import BUFFER, CPU_PERCENTILE_DOC, DEFAULT_CPU_PERCENTILE, RUNS, STAT_NAMES
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,9 +22,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bt.add_argument("--org", help="one org's jobs (default: every org)")
     bt.add_argument("--since", help="RFC 3339: runs that finished from then")
     bt.add_argument("--until", help="RFC 3339: runs that finished before then")
-    bt.add_argument("--runs", default="5", help="newest clean runs analysed, comma-separated (default 5)")
-    bt.add_argument("--buffer", default="20", help="CPU headroom in percent, comma-separated (default 20)")
-    bt.add_argument("--cpu-percentile", default="p95", help="peak, p99, p95, p75, p50, avg; comma-separated")
+    bt.add_argument("--runs", default=str(RUNS.default), help=f"{RUNS.doc}, comma-separated (default {RUNS.default})")
+    bt.add_argument(
+        "--buffer", default=str(BUFFER.default), help=f"{BUFFER.doc}, comma-separated (default {BUFFER.default})"
+    )
+    bt.add_argument(
+        "--cpu-percentile",
+        default=DEFAULT_CPU_PERCENTILE,
+        help=f"{CPU_PERCENTILE_DOC}: {', '.join(STAT_NAMES)}; comma-separated (default {DEFAULT_CPU_PERCENTILE})",
+    )
     bt.add_argument(
         "--memory-qos", dest="qos_list", default="guaranteed", help="guaranteed, burstable; comma-separated"
     )

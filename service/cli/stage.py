@@ -86,10 +86,12 @@ def run(args: argparse.Namespace) -> int:
     from service.errors import ServiceError
     from service.sizing import service as sizing_service
     from service.stages import service as stages
+    from service.stages.flatten import flatten
+    from service.stages.render import render
 
     body = _stage_body(args)
     try:
-        items = stages.flatten(body.stage)
+        items = flatten(body.stage)
         keys = stages.wanted_jobs(body, items)
         answers = (
             read_database(args, lambda conn, _, policy: sizing_service.fetch_many(conn=conn, keys=keys, policy=policy))
@@ -103,5 +105,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer, indent=2))
     else:
-        print(stages.render(answer))
+        print(render(answer))
     return 0

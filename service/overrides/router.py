@@ -23,7 +23,7 @@ from service.errors import (
     Unauthorized,
     problem_responses,
 )
-from service.jobs.service import SummaryRefresher
+from service.jobs.summaries import SummaryRefresher
 from service.keys import Scope, ScopeKey
 from service.overrides import service as overrides_service
 from service.overrides.service import ListFilter, Pins

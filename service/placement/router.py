@@ -11,7 +11,9 @@ from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
 from service.keys import ScopeKey
 from service.placement import service as placement_service
-from service.placement.schemas import PlacementAdvise, PlacementPod, PlacementPublic
+from service.placement.pods import pod_from_answer
+from service.placement.public import PlacementPublic
+from service.placement.schemas import PlacementAdvise, PlacementPod
 from service.sizing import service as sizing_service
 from service.sizing.params import DEFAULT
 
@@ -48,7 +50,7 @@ async def advise(
             answer = sizing_service.degraded(key=key, last=None, params=DEFAULT, policy=policy)
         phase = answer.meta.phase
         info = {"source": "default" if phase == "unknown" else "recommendation", "phase": phase, "degraded": degraded}
-        pod = placement_service.pod_from_answer(answer, cpu_limit=body.pod.job_cpu_limit).model_copy(
+        pod = pod_from_answer(answer, cpu_limit=body.pod.job_cpu_limit).model_copy(
             update={"init_containers": body.pod.init_containers, "overhead": body.pod.overhead}
         )
     return placement_service.advise(body, pod, info)

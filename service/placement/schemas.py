@@ -1,4 +1,4 @@
-"""Wire schemas of placement (placement.md)."""
+"""Request schemas of placement (placement.md); the reply is in ``placement.public``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import itertools
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     BeforeValidator,
     Discriminator,
     Field,
@@ -15,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from service.stages.schemas import QUANTITY_SCHEMA, StageJobRef, StageTotalPublic, bounded_quantity
+from service.stages.schemas import QUANTITY_SCHEMA, StageJobRef, bounded_quantity
 from service.wire import Name, Strict
 
 # --------------------------------------------------------------------------- wire: placement (placement.md)
@@ -317,54 +316,3 @@ class PlacementAdvise(Strict):
         if len(set(names)) != len(names):
             raise ValueError("node names must be unique")
         return self
-
-
-class PlacementScorePublic(BaseModel):
-    scorer: str
-    weight: int
-    raw: float = Field(description="before normalisation: P8's weighted limit ratio, P9's weighted size, P7's score")
-    score: int = Field(description="0..100")
-    weighted: int = Field(description="weight x score")
-
-
-class PlacementCandidatePublic(BaseModel):
-    name: str
-    rank: int
-    fits: bool
-    total: int
-    scores: list[PlacementScorePublic]
-
-
-class PlacementDroppedPublic(BaseModel):
-    name: str
-    why: str
-
-
-class PlacementStrategyPublic(BaseModel):
-    strategy: str
-    survivors: list[str]
-    dropped: list[PlacementDroppedPublic]
-
-
-class PlacementPodPublic(BaseModel):
-    requests: StageTotalPublic = Field(description="as the fit filter counts them")
-    limits: StageTotalPublic = Field(description="max(sum of containers, largest init container) + overhead")
-    containers_without_limit: dict[Literal["cpu", "memory"], int]
-    source: Literal["given", "recommendation", "default"]
-    phase: Literal["unknown", "learning", "confident"] | None = None
-    degraded: bool = False
-
-
-class PlacementPublic(BaseModel):
-    decision: Literal["place", "wait", "fail"] = Field(
-        description="fail: Concourse v7.0 errors the step when a strategy leaves no worker (PC1)"
-    )
-    pick: str | None
-    reason: str | None = Field(description="why the step waits, or how the pick was made")
-    seed: int
-    pod: PlacementPodPublic
-    survivors: list[str] | None = Field(default=None, description="chain: the workers the pick was made from")
-    chain: list[PlacementStrategyPublic] | None = Field(default=None, description="chain: each strategy's survivors")
-    profile: list[ScorerSpec] | None = Field(default=None, description="profile: the scorers applied")
-    candidates: list[PlacementCandidatePublic] | None = Field(default=None, description="profile: ranked, best first")
-    nodes_fit: int | None = None

@@ -30,7 +30,7 @@ from enum import IntEnum
 from typing import Any
 
 from service import core
-from service.placement import service as placement
+from service.placement import scoring as placement
 from service.simulations.model import Build, Node, Pod, Pool, Scenario, Shape
 from service.simulations.report import scenario_report
 

@@ -13,7 +13,7 @@ from pydantic import (
 )
 
 from service.placement.schemas import PlacementCpu, PlacementMemory
-from service.stages.schemas import StageTotalPublic
+from service.stages.public import StageTotalPublic
 from service.wire import Name, Strict, Timestamp, to_naive_utc
 
 # --------------------------------------------------------------------------- wire: simulations and ballast

@@ -14,7 +14,7 @@ does; a request served here gets the same status, headers and body the route wou
 from __future__ import annotations
 
 import re
-from typing import NamedTuple, cast
+from typing import NamedTuple
 from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -28,7 +28,7 @@ from service.observability.middleware import RouteLabel
 from service.paths import segment
 from service.sizing import formats
 from service.sizing.params import BUFFER, DEFAULT, RUNS
-from service.wire import STAT_NAMES, CpuPercentile
+from service.wire import STAT_NAMES
 
 PREFIX = "/api/v1/sizing/"
 ROUTE = PREFIX + "{org}/{repo}/{workflow}/{job}"
@@ -63,7 +63,7 @@ def _params(query: bytes) -> Params | None:
             if name == "cpu_percentile":
                 if value not in _PERCENTILES:
                     return None
-                percentile = cast(CpuPercentile, value)
+                percentile = value
             elif name in ("runs", "buffer") and _CANONICAL_INT.fullmatch(value):
                 if name == "runs":
                     runs = int(value)

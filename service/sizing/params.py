@@ -7,12 +7,13 @@ flags and the OpenAPI document all read them from here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Literal
 
-from fastapi import Query
-from pydantic import Field
+# Standard library only: the CLI (also on a runner, where `ci-sizer collect` runs without the
+# service's dependencies) reads these too.
 
-from service.wire import STAT_NAMES, CpuPercentile
+CpuPercentile = Literal["peak", "p99", "p95", "p75", "p50", "avg"]
+STAT_NAMES: tuple[CpuPercentile, ...] = ("peak", "p99", "p95", "p75", "p50", "avg")
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,3 @@ class SizingParams:
 
 
 DEFAULT = SizingParams()
-
-# The route's query parameters (FastAPI reads bounds and docs into the OpenAPI document).
-RunsQuery = Annotated[int, Query(ge=RUNS.ge, le=RUNS.le, description=RUNS.doc)]
-BufferQuery = Annotated[int, Query(ge=BUFFER.ge, le=BUFFER.le, description=BUFFER.doc)]
-CpuPercentileQuery = Annotated[CpuPercentile, Query(description=CPU_PERCENTILE_DOC)]
-
-# The backtest body's grid items (strict: a JSON number, never a numeric string).
-RunsItem = Annotated[int, Field(strict=True, ge=RUNS.ge, le=RUNS.le)]
-BufferItem = Annotated[int, Field(strict=True, ge=BUFFER.ge, le=BUFFER.le)]

@@ -21,20 +21,17 @@ from service.paths import JobKeyDep
 from service.sizing import formats
 from service.sizing import service as sizing_service
 from service.sizing.answer import Answer
-from service.sizing.params import (
-    BUFFER,
-    DEFAULT_CPU_PERCENTILE,
-    RUNS,
-    BufferQuery,
-    CpuPercentileQuery,
-    RunsQuery,
-    SizingParams,
-)
+from service.sizing.params import BUFFER, CPU_PERCENTILE_DOC, DEFAULT_CPU_PERCENTILE, RUNS, CpuPercentile, SizingParams
 from service.sizing.schemas import SizingPublic
 
 OutputFormat = Literal[
     "json", "k8s", "gitlab", "dotenv", "argo", "tekton", "tekton-v1beta1", "buildkite", "jenkins", "arc"
 ]
+# the query parameters: bounds, defaults and docs from sizing/params.py (the OpenAPI document reads them)
+RunsQuery = Annotated[int, Query(ge=RUNS.ge, le=RUNS.le, description=RUNS.doc)]
+BufferQuery = Annotated[int, Query(ge=BUFFER.ge, le=BUFFER.le, description=BUFFER.doc)]
+CpuPercentileQuery = Annotated[CpuPercentile, Query(description=CPU_PERCENTILE_DOC)]
+
 router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"], route_class=AuthenticatedRoute)
 log = logging.getLogger("ci_sizer.sizing")
 

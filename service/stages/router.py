@@ -11,7 +11,9 @@ from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.errors import BadRequest, Forbidden, InvalidInput, PayloadTooLarge, Unauthorized, problem_responses
 from service.sizing import service as sizing_service
 from service.stages import service as stages_service
-from service.stages.schemas import StageCompute, StagePublic
+from service.stages.flatten import flatten
+from service.stages.public import StagePublic
+from service.stages.schemas import StageCompute
 
 router = APIRouter(prefix="/api/v1", tags=["stages"], route_class=AuthenticatedRoute)
 
@@ -29,7 +31,7 @@ async def compute_stage(
     groups. With ``options.use_recommendations``, a step that references a job and leaves a limit
     out takes the sizer's recommended limit for it; ``steps[].source`` says where each number came from.
     A slow or failed database never fails the call: those steps take the defaults and ``degraded`` is true."""
-    items = stages_service.flatten(body.stage)
+    items = flatten(body.stage)
     keys = stages_service.wanted_jobs(body, items)
     for key in keys:
         principal.ensure_org(key.org)

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.stages import service as stages
+from service.stages.flatten import flatten
 from service.stages.schemas import StageCompute
 
 from ..stage_vectors import VECTORS
@@ -24,7 +25,7 @@ MIB = 1 << 20
 
 def answer(core: ModuleType, body: dict[str, Any]) -> dict[str, Any]:
     parsed = StageCompute.model_validate(body)
-    return stages.compose(parsed, stages.flatten(parsed.stage), {}, composer=core.compose_stage)
+    return stages.compose(parsed, flatten(parsed.stage), {}, composer=core.compose_stage)
 
 
 def limits(a: dict[str, Any]) -> list[tuple[int, int]]:

@@ -2,12 +2,15 @@
 wrapping a real process and posting to a live sizer.
 
 The wheel is built once per session from a copy of the checkout's sources; the venv gets the runtime
-dependencies only. CI runs it with the rest of the suite (deselect with ``-m "not plain_install"``)."""
+dependencies only. CI runs it with the rest of the suite (deselect with ``-m "not plain_install"``).
+The import checks below are fast and always run: the collect command, and every module of
+``service.collector``, load the standard library and the package only."""
 
 from __future__ import annotations
 
 import json
 import os
+import pkgutil
 import shutil
 import subprocess
 import sys
@@ -16,9 +19,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .live import LiveServer
+import service.collector
 
-ROOT = Path(__file__).resolve().parents[1]
+from ..live import LiveServer
+from .helpers import IDENTITY
+
+ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 
 
@@ -84,3 +90,46 @@ def test_collect_from_a_plain_install_posts_a_real_build(plain_venv: Path, tmp_p
     observed = answer["containers"][0]["observed"]
     assert observed["memory_bytes"] == pytest.approx(int(report.read_text()), rel=0.15)
     assert observed["memory_bytes"] > 64 * MIB
+
+
+# --------------------------------------------------------------------------- the plain install's imports
+
+
+def _top_modules(code: str) -> set[str]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code + "\nimport json, sys\nprint(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_collect_imports_only_the_standard_library(tmp_path: Path) -> None:
+    # `pip install .` has no test extras (httpx) and a build image may trim the rest: the collect
+    # command, CLI entry point included, imports the standard library and the package only
+    baseline = _top_modules("")
+    spool = str(tmp_path / "spool")
+    loaded = _top_modules(
+        "import sys\nfrom service.cli import main\n"
+        f"assert main(['collect', *{list(IDENTITY)!r}, '--spool-dir', {spool!r}, '--interval', '0.1', "
+        "'--', sys.executable, '-c', 'import time; time.sleep(0.3)']) == 0"
+    )
+    foreign = loaded - baseline - set(sys.stdlib_module_names) - {"service"}
+    assert not foreign, f"collect imports {sorted(foreign)}"
+    assert list((tmp_path / "spool").glob("run-*.json")), "the command was measured and its run spooled"
+
+
+def test_every_collector_module_imports_only_the_standard_library() -> None:
+    # the package's modules one by one, so that a module the collect path above does not reach yet is
+    # held to the same rule
+    names = [m.name for m in pkgutil.iter_modules(service.collector.__path__, "service.collector.")]
+    assert {"service.collector.sources", "service.collector.command"} <= set(names)
+    loaded = _top_modules("import importlib\n" + "".join(f"importlib.import_module({n!r})\n" for n in names))
+    foreign = loaded - _top_modules("") - set(sys.stdlib_module_names) - {"service"}
+    assert not foreign, f"service.collector imports {sorted(foreign)}"

@@ -16,11 +16,24 @@ system, workflow = workflow, job = category.
 Policies: the seed (guaranteed and burstable memory QoS), ``efficient`` (both QoS) and the
 backtest's KRR-like and VPA-like baselines (``POLICY_KRR``, ``POLICY_VPA``).
 
+    python bench/replay.py [--data DIR] [--database-url URL] [--check-offline] [--results-md FILE]
     python bench/replay.py --offline [--data DIR] [--robustness] [--results out.json] [--write-results]
 
-``--offline`` drives the core's ``size_run`` directly (the same closed loop, no server). The
-live mode asks a ``ci-sizer serve`` over HTTP instead; it swaps the ``ask`` and ``post`` callables
-of ``Target`` and nothing else.
+The live mode (the default) runs each served policy against its own fresh ``python -m service
+serve`` (its own port; a fresh SQLite file in a temporary directory, or a fresh database on the
+PostgreSQL server of ``--database-url``; the server applies the migrations as it starts), with
+``CI_SIZER_MEMORY_QOS`` and ``CI_SIZER_SIZING_POLICY`` in its environment and a tokens file
+holding one ``ingest``+``read`` token. Before each run it GETs ``/api/v1/sizing/{org}/{repo}/
+{workflow}/{job}``; after it, it POSTs ``/api/v1/runs`` as the collector would (the six CPU stats,
+the peak working set, the limit in force, ``oom_kill_events``), a killed run with ``oom_killed``
+and its peak clipped at the limit. One keep-alive connection per server. When the server echoes
+``meta.policy`` it must be the policy asked for, or the replay stops. The KRR-like and VPA-like
+baselines are not served policies: their rows come from the offline loop, and the table says so.
+``--check-offline`` asserts that the seed's live answers (both QoS) are the offline ones, run by
+run, and so are its kills and wastes.
+
+``--offline`` drives the core's ``size_run`` directly (the same closed loop, no server); it swaps
+the ``ask`` and ``post`` callables of ``Target`` and nothing else.
 """
 
 from __future__ import annotations
@@ -32,16 +45,26 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
+import contextlib
 import csv
 import gzip
 import json
 import math
 import random
+import tempfile
+import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
+import asyncpg  # type: ignore[import-untyped]
+import httpx
+from sqlalchemy.engine import make_url
+
+from bench import _load
 from bench._util import ROOT, save
 
 FILE = "wfinstances-runs.csv.gz"
@@ -230,12 +253,84 @@ class Offline(Target):
             self.priors[key[0]] = core.prior_update(self.priors[key[0]], run.peak_bytes, samples_before == 0)
 
 
+class PolicyMismatch(RuntimeError):
+    """The server answered for another sizing policy than the one it was started with."""
+
+
+class Live(Target):
+    """A served policy through the live HTTP API: ``GET /api/v1/sizing/...`` before each run,
+    ``POST /api/v1/runs`` after it, on one keep-alive connection (``client``)."""
+
+    CONTAINER = "task"
+
+    def __init__(self, client: httpx.Client, policy: Policy, *, start: datetime) -> None:
+        self.client = client
+        self.policy = policy
+        self.clock = start  # each posted run finishes one second after the one before
+        self.posted = 0
+        self.served: str | None = None  # meta.policy as the server echoes it; None: not echoed
+        self.ask = self._ask
+        self.post = self._post
+
+    @staticmethod
+    def path(key: Key) -> str:
+        return "/api/v1/sizing/" + "/".join(quote(part, safe="") for part in key)
+
+    def _ask(self, key: Key) -> Answer:
+        r = self.client.get(self.path(key))
+        if r.status_code != 200:
+            raise RuntimeError(f"GET {self.path(key)} answered {r.status_code}: {r.text[:300]}")
+        body = r.json()
+        served = body["meta"].get("policy")
+        if served is not None and served != self.policy.code:
+            raise PolicyMismatch(
+                f"asked for sizing policy {self.policy.code!r}, the server answered meta.policy {served!r}"
+            )
+        self.served = served
+        if body["meta"]["degraded"]:  # a fallback (the last answer) when the database was slow: not the policy's
+            raise RuntimeError(f"GET {self.path(key)} answered a degraded (fallback) answer: {body['meta']}")
+        if len(body["containers"]) != 1:
+            raise RuntimeError(f"expected one container in the answer for {key}, got {body['containers']}")
+        c = body["containers"][0]
+        return Answer(c["cpu"]["request_millicores"], c["memory"]["request_bytes"], c["memory"]["limit_bytes"])
+
+    def _post(self, key: Key, run: Posted) -> None:
+        self.posted += 1
+        finished = self.clock + timedelta(seconds=self.posted)
+        started = finished - timedelta(seconds=run.runtime_s)
+        org, repo, workflow, job = key
+        cpu = run.cpu_millicores  # the traces give the mean: all six stats are it
+        body = {
+            "org": org,
+            "repo": repo,
+            "workflow": workflow,
+            "job": job,
+            "run_id": f"replay-{self.posted}",
+            "started_at": started.isoformat().replace("+00:00", "Z"),
+            "finished_at": finished.isoformat().replace("+00:00", "Z"),
+            "containers": [
+                {
+                    "name": self.CONTAINER,
+                    "cpu_stats_millicores": dict.fromkeys(("peak", "p99", "p95", "p75", "p50", "avg"), cpu),
+                    "memory_peak_bytes": run.peak_bytes,  # clipped at the limit when killed
+                    "memory_limit_bytes": run.limit_bytes,
+                    "oom_killed": run.oom_killed,
+                    "oom_kill_events": int(run.oom_killed),
+                }
+            ],
+        }
+        r = self.client.post("/api/v1/runs", json=body)
+        if r.status_code not in (200, 201) or r.json().get("result") != "created":
+            raise RuntimeError(f"POST /api/v1/runs answered {r.status_code}: {r.text[:300]}")
+
+
 @dataclass
 class Tally:
     runs: int = 0
     killed: int = 0
     memory_waste: float = 0.0  # byte-seconds
     cpu_waste: float = 0.0  # millicore-seconds
+    answers: list[Answer] = field(default_factory=list)  # the answer before each run, in order
 
     def row(self) -> dict[str, Any]:
         return {
@@ -253,6 +348,7 @@ def replay(jobs: Sequence[Job], target: Target) -> Tally:
     for job in jobs:
         for task in job.tasks:
             a = target.ask(job.key)
+            t.answers.append(a)
             killed = task.peak_bytes > a.memory_limit
             t.runs += 1
             if killed:
@@ -290,7 +386,8 @@ def verdict(
 
 
 def render(title: str, rows: Sequence[dict[str, Any]]) -> list[str]:
-    """A markdown table; ratios against the better anchor (KRR-like, VPA-like) side by side."""
+    """A markdown table; ratios against the better anchor (KRR-like, VPA-like) side by side. A
+    row's ``source`` (live mode) is shown after its policy's name."""
     by = {r["policy"]: r for r in rows}
     krr, vpa = by[KRR_LOOP.label], by[VPA_LOOP.label]
     best_oom = min(krr["oom_killed"], vpa["oom_killed"]) or 1
@@ -304,11 +401,13 @@ def render(title: str, rows: Sequence[dict[str, Any]]) -> list[str]:
     for r in rows:
         cpu_ratio = r["cpu_waste_core_h"] / vpa["cpu_waste_core_h"] if vpa["cpu_waste_core_h"] else float("nan")
         out.append(
-            f"| {r['policy']} | {r['oom_killed']} ({r['oom_share']:.1%}) | {r['memory_waste_gib_h']:.2f} | "
+            f"| {r['policy']}{' (' + r['source'] + ')' if r.get('source') else ''} | {r['oom_killed']} ({r['oom_share']:.1%}) | {r['memory_waste_gib_h']:.2f} | "
             f"{r['cpu_waste_core_h']:.2f} | {r['oom_killed'] / best_oom:.2f}x | "
             f"{r['memory_waste_gib_h'] / best_mem:.2f}x | {cpu_ratio:.2f}x |"
         )
     out.append("")
+    if "efficient (guaranteed)" not in by:
+        return out
     for name, anchors in (("the closed-loop anchors", (KRR_LOOP, VPA_LOOP)), ("the backtest baselines", (KRR, VPA))):
         v = verdict(rows, anchors)
         met = all(ok for _, _, ok in v.values())
@@ -367,6 +466,186 @@ def write_results(path: Path, section: list[str]) -> None:
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
+SERVED = ("seed", "efficient")  # the policies a server answers for; the anchors are offline only
+LIVE_HEADING = "## Replay: closed loop through the live HTTP API on the public WfInstances traces (bench/replay.py)"
+
+
+def tokens_file(directory: Path) -> tuple[Path, str]:
+    """A tokens file with one ``ingest`` + ``read`` token (docs/overrides.md), and its secret."""
+    from service.auth import hash_secret, new_secret
+
+    secret = new_secret()
+    path = directory / "tokens.toml"
+    path.write_text(f'[[tokens]]\nname = "replay"\nsha256 = "{hash_secret(secret)}"\nroles = ["ingest", "read"]\n')
+    return path, secret
+
+
+@contextlib.contextmanager
+def served(policy: Policy, directory: Path, database_url: str | None, secret: str) -> Iterator[httpx.Client]:
+    """A fresh ``python -m service serve`` for ``policy`` and a keep-alive client to it."""
+    qos = "guaranteed" if policy.guaranteed else "burstable"
+    name = f"replay_{policy.code}_{qos}"
+    if database_url:
+        # a database of its own on the server, named apart from any other replay's, dropped after
+        url = _load.run(_load.fresh_database(database_url, f"ci_sizer_{name}_{uuid.uuid4().hex[:8]}"))
+    else:
+        url = f"sqlite+aiosqlite:///{directory / name}.db"
+    try:
+        with serving(policy, qos, url, directory / f"{name}.log", secret) as client:
+            yield client
+    finally:
+        if database_url:
+            _load.run(drop_database(url))
+
+
+@contextlib.contextmanager
+def serving(policy: Policy, qos: str, url: str, log: Path, secret: str) -> Iterator[httpx.Client]:
+    """The server on ``url``, its log at ``log``, the tokens file beside it; the policy checked
+    against ``/api/v1/info`` (``memory_qos``, and ``sizing_policy`` once the server has it)."""
+    from tests.live import LiveServer
+
+    directory = log.parent
+    env = {
+        "CI_SIZER_MEMORY_QOS": qos,
+        "CI_SIZER_SIZING_POLICY": policy.code,
+        # the replay measures answers, not latency: no fail-open fallback on a slow (shared) database
+        "CI_SIZER_SIZING_DEADLINE_MS": "60000",
+    }
+    args = ("--tokens-file", str(directory / "tokens.toml"), "--log-level", "warning")
+    with (
+        LiveServer(url, *args, log=log, env=env) as server,
+        httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {secret}"}, timeout=60) as client,
+    ):
+        info = client.get("/api/v1/info").raise_for_status().json()
+        if info["memory_qos"] != qos:
+            raise RuntimeError(f"started with memory QoS {qos}, /api/v1/info says {info['memory_qos']}")
+        if info.get("sizing_policy", policy.code) != policy.code:
+            raise PolicyMismatch(
+                f"asked for sizing policy {policy.code!r}, /api/v1/info says {info['sizing_policy']!r}"
+            )
+        yield client
+
+
+async def drop_database(url: str) -> None:
+    conn = await asyncpg.connect(_load._plain(url, "postgres"))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+def offline_target(core: Any, p: Policy) -> Target:
+    if p in (KRR_LOOP, VPA_LOOP):
+        return Anchor(vpa=p is VPA_LOOP)
+    return Offline(core, p)
+
+
+def live_rows(
+    jobs: Sequence[Job], core: Any, *, served_codes: Sequence[str], database_url: str | None, directory: Path
+) -> tuple[list[dict[str, Any]], dict[str, Tally]]:
+    """The table's rows: each served policy through its own server, the anchors offline; and each
+    row's tally (with the answers run by run)."""
+    _, secret = tokens_file(directory)
+    start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
+    rows: list[dict[str, Any]] = []
+    tallies: dict[str, Tally] = {}
+    for p in POLICIES:
+        if p.code in SERVED:
+            if p.code not in served_codes:
+                continue
+            with served(p, directory, database_url, secret) as client:
+                target = Live(client, p, start=start)
+                t = replay(jobs, target)
+            source = f"live, meta.policy {target.served}" if target.served else "live, meta.policy not echoed"
+            seed = tallies.get(f"seed ({'guaranteed' if p.guaranteed else 'burstable'})")
+            if p.code == "efficient" and target.served is None and seed is not None and seed.answers == t.answers:
+                source += ": the server ignored CI_SIZER_SIZING_POLICY and answered as seed (not wired yet)"
+        else:
+            t = replay(jobs, offline_target(core, p))
+            source = "offline loop: not a served policy"
+        rows.append({"policy": p.label, "source": source, **t.row()})
+        tallies[p.label] = t
+    return rows, tallies
+
+
+def check_offline(
+    jobs: Sequence[Job], core: Any, rows: Sequence[dict[str, Any]], tallies: dict[str, Tally]
+) -> list[str]:
+    """Live == offline for the seed (both QoS), and for efficient when the server echoed it:
+    the same answer before every run, so the same kills and wastes. The problems, or []."""
+    problems = []
+    figures = ("runs", "oom_killed", "memory_waste_gib_h", "cpu_waste_core_h")
+    by = {r["policy"]: r for r in rows}
+    for p in POLICIES:
+        if p.label not in tallies or p.code not in SERVED:
+            continue
+        if p.code == "efficient" and not by[p.label]["source"].startswith("live, meta.policy efficient"):
+            continue
+        offline = replay(jobs, Offline(core, p))
+        live = tallies[p.label]
+        for n, (a, b) in enumerate(zip(live.answers, offline.answers, strict=True)):
+            if a != b:
+                problems.append(f"{p.label}: run {n}: live answered {a}, offline {b}")
+                break
+        off_row = offline.row()
+        for f in figures:
+            if by[p.label][f] != off_row[f]:
+                problems.append(f"{p.label}: {f} live {by[p.label][f]!r} != offline {off_row[f]!r}")
+    return problems
+
+
+def main_live(args: argparse.Namespace, jobs: list[Job]) -> int:
+    from service import core
+
+    title = f"public wfinstances, {len(jobs)} jobs"
+    with tempfile.TemporaryDirectory(prefix="ci-sizer-replay-") as tmp:
+        rows, tallies = live_rows(
+            jobs, core, served_codes=args.policy or SERVED, database_url=args.database_url, directory=Path(tmp)
+        )
+    lines = render(title, rows)
+    if any("answered as seed" in r["source"] for r in rows):  # no verdict on figures that are the seed's
+        lines = [line for line in lines if not line.startswith("- efficient (guaranteed) against")]
+        lines.append(
+            "- efficient is not judged here: the server answered as seed (CI_SIZER_SIZING_POLICY is not wired "
+            "yet); its figures are in the offline section (`--offline`)."
+        )
+    print("\n".join(lines) + "\n")
+    database = "PostgreSQL (--database-url)" if args.database_url else "SQLite"
+    section = [
+        LIVE_HEADING,
+        "",
+        f"`python bench/replay.py{' --check-offline' if args.check_offline else ''}` on {database}, "
+        f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC: each served policy against its own fresh `python -m service serve` "
+        "(`CI_SIZER_MEMORY_QOS`, `CI_SIZER_SIZING_POLICY`), GET sizing before each run, POST runs after it "
+        "(a peak above the limit posted as an OOM kill, clipped at the limit, not retried). The KRR-like and VPA-like "
+        "rows are not served policies: they come from the offline loop, as marked.",
+        "",
+        f"### {lines[0]}",
+        *lines[1:],
+    ]
+    status = 0
+    if args.check_offline:
+        problems = check_offline(jobs, core, rows, tallies)
+        checked = [p.label for p in POLICIES if p.label in tallies and p.code in SERVED]
+        if problems:
+            print("check-offline FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+            status = 1
+        else:
+            line = "- check-offline: live == offline, answer by answer (same kills, same wastes), for: " + ", ".join(
+                label
+                for label in checked
+                if not label.startswith("efficient")
+                or {r["policy"]: r for r in rows}[label]["source"].startswith("live, meta.policy efficient")
+            )
+            print(line)
+            section.append(line)
+    if args.results:
+        save(args.results, "replay-live", rows)
+    if status == 0:
+        write_results(args.results_md, section)
+    return status
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the traces' directory")
@@ -375,15 +654,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--robustness", action="store_true", help="also each system alone and other job orders")
     parser.add_argument("--seeds", type=int, default=3, help="shuffled job orders for --robustness")
     parser.add_argument("--results", help="write the figures as JSON here")
-    parser.add_argument("--write-results", action="store_true", help="write the table into bench/RESULTS.md")
+    parser.add_argument("--write-results", action="store_true", help="offline: write the table into bench/RESULTS.md")
+    parser.add_argument("--database-url", help="live: a PostgreSQL server (a fresh database per policy), not SQLite")
+    parser.add_argument("--policy", action="append", choices=SERVED, help="live: the served policies (default both)")
+    parser.add_argument(
+        "--check-offline", action="store_true", help="live: assert the seed's live answers are the offline ones"
+    )
+    parser.add_argument(
+        "--results-md", type=Path, default=ROOT / "bench" / "RESULTS.md", help="live: where the table is written"
+    )
     args = parser.parse_args(argv)
+    if not args.offline and args.robustness:
+        parser.error("--robustness is offline only")
     path = args.data / FILE
     if not path.exists():
         print(f"skipped: {path} is absent (the public traces are not part of the repository)")
         return 0
     if not args.offline:
-        print("the live-HTTP replay is not wired yet: run with --offline", file=sys.stderr)
-        return 2
+        return main_live(args, load(path))
     if args.pure_python:
         from service.core import _reference as core_module
     else:

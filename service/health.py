@@ -31,6 +31,7 @@ class Info(BaseModel):
     database: str
     cpu_sizing_mode: str
     memory_qos: str
+    sizing_policy: str
     max_memory_bytes: int | None
     auth: str
 
@@ -79,6 +80,7 @@ async def info(settings: SettingsDep, tokens: TokensDep) -> dict[str, Any]:
         "database": "sqlite" if settings.is_sqlite else "postgresql",
         "cpu_sizing_mode": settings.cpu_sizing_mode,
         "memory_qos": settings.memory_qos,
+        "sizing_policy": settings.sizing_policy,
         "max_memory_bytes": settings.max_memory,
         "auth": "tokens" if tokens.enabled else "anonymous",
     }

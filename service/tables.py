@@ -121,12 +121,27 @@ class Override(SQLModel, table=True):
     cpu_limit_millicores: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     memory_request_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     memory_limit_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    #: "seed" or "efficient" at this scope; NULL inherits from the scope above, at last the setting
+    sizing_policy: str | None = SQLField(default=None, sa_column=Column(String(16), nullable=True))
     reason: str | None = SQLField(default=None, sa_column=Column(Text(), nullable=True))
     expires_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
     created_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
     updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
     updated_by: str = SQLField(sa_column=Column(String(NAME_MAX), nullable=False))
     version: int = SQLField(default=1, sa_column=Column(Integer(), nullable=False))
+
+
+class FleetPrior(SQLModel, table=True):
+    """Rule E6's state for one org (the core's ``prior_update``): how many of the org's jobs have a
+    sample (a run without a kill, E1) and the highest container memory peak among those samples
+    (-1: none yet). Updated by every ingested sample in the run's transaction (``runs.service``)."""
+
+    __tablename__ = "fleet_priors"
+
+    org: str = SQLField(sa_column=Column(String(NAME_MAX), primary_key=True))
+    sampled_jobs: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    peak_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
 
 
 class JobSummary(SQLModel, table=True):

@@ -52,7 +52,9 @@ async def create_backtest(
                 conn=conn, org=body.org, since=body.since, until=body.until, max_memory=max_memory
             )
             overrides = await backtest_service.load_pins(conn=conn, org=body.org)
-        pols = backtest_service.policies(backtest_service.param_sets(body), baselines=body.baselines)
+        pols = backtest_service.policies(
+            backtest_service.param_sets(body), baselines=body.baselines, efficient=body.efficient
+        )
 
         def work(progress: Any) -> dict[str, Any]:
             return backtest_service.run(

@@ -30,6 +30,9 @@ class BacktestCreate(Strict):
     baselines: Annotated[bool, Field(strict=True)] = Field(
         default=True, description="add the fixed default and the approximations of other right-sizers"
     )
+    efficient: Annotated[bool, Field(strict=True)] = Field(
+        default=True, description="add the efficient sizing policy (rules E1-E9) beside each seed parameter set"
+    )
 
     @field_validator("since", "until")
     @classmethod

@@ -1,8 +1,9 @@
 """Backtests: how good the recommendations would have been, measured on stored history.
 
 ``load`` reads each job's runs in time order into per-container columns; ``run`` walks every
-column once per policy in the core (``backtest_walk``): before each run, the recommendation made
-from the runs before it; then what the run actually used. Policies are ci-sizer's own with each
+column once per policy (``walk.walk``, the core's ``size_run`` before each run): the recommendation
+made from the runs before it; then what the run actually used, a run it would have OOM-killed
+counting all it reserved as waste (issue 25). Policies are ci-sizer's own with each
 requested parameter set, the limits recorded with the runs, and three baselines (approximations
 of well-known right-sizers' documented approaches, labelled as such).
 """
@@ -21,7 +22,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import col
 
 from service import core
+from service.backtests.report import render as render
 from service.backtests.schemas import BacktestCreate
+from service.backtests.walk import add_efficient_columns, prior_by_run
+from service.backtests.walk import walk as score_walk
 from service.keys import ScopeKey
 from service.overrides.service import is_expired
 from service.sizing import service as sizing
@@ -67,14 +71,15 @@ BASELINES = (
 )
 
 
-def policies(param_sets: Sequence[Params], *, baselines: bool = True) -> list[Policy]:
+def policies(param_sets: Sequence[Params], *, baselines: bool = True, efficient: bool = True) -> list[Policy]:
+    """ci-sizer's seed policy with each parameter set, then (``efficient``) the efficient policy
+    (E1-E9) with each, the recorded limits, and (``baselines``) the baselines."""
+    kinds = [("ci-sizer", "ci-sizer", core.POLICY_CI_SIZER)]
+    if efficient:
+        kinds.append(("efficient", "efficient", core.POLICY_EFFICIENT))
     out = [
-        Policy(
-            f"ci-sizer runs={p.runs} buffer={p.buffer} cpu={p.cpu_percentile} qos={p.memory_qos}",
-            "ci-sizer",
-            core.POLICY_CI_SIZER,
-            p,
-        )
+        Policy(f"{name} runs={p.runs} buffer={p.buffer} cpu={p.cpu_percentile} qos={p.memory_qos}", kind, code, p)
+        for name, kind, code in kinds
         for p in param_sets
     ]
     out.append(
@@ -111,7 +116,9 @@ _LONG = ("clean", "present", "mem_peak", "mem_limit", "oom", "pod_peak", "ceilin
 _DOUBLE = (*_STATS, "duration")
 
 
-def series_of(key: ScopeKey, runs: list[dict[str, Any]], *, max_memory: int | None) -> list[Series]:
+def series_of(
+    key: ScopeKey, runs: list[dict[str, Any]], *, max_memory: int | None, prior: dict[int, int] | None = None
+) -> list[Series]:
     """Columns per container from a job's runs (oldest first), each run a dict with ``clean``,
     ``started_at``, ``finished_at``, ``pod_memory_peak_bytes``, ``node_memory_bytes`` and
     ``containers`` (name -> row with the stats)."""
@@ -157,6 +164,7 @@ def series_of(key: ScopeKey, runs: list[dict[str, Any]], *, max_memory: int | No
                 c["mem_peak"].append(row["memory_peak_bytes"])
                 c["mem_limit"].append(-1 if row["memory_limit_bytes"] is None else row["memory_limit_bytes"])
                 c["oom"].append(int(row["oom_suspect"]))
+        add_efficient_columns(c, runs, name, prior or {})
         out.append(s)
     return out
 
@@ -177,6 +185,7 @@ async def load(
             col(Run.pod_memory_peak_bytes), col(Run.node_memory_bytes),
             col(RunContainer.name), *(col(getattr(RunContainer, k)) for k in _STATS),
             col(RunContainer.memory_peak_bytes), col(RunContainer.memory_limit_bytes), col(RunContainer.oom_suspect),
+            col(RunContainer.oom_killed), col(RunContainer.oom_kill_events),
         )
         .join(Run, col(Run.job_id) == col(Job.id))
         .join(RunContainer, col(RunContainer.run_pk) == col(Run.id))
@@ -188,16 +197,14 @@ async def load(
         q = q.where(col(Run.finished_at) >= since)
     if until is not None:
         q = q.where(col(Run.finished_at) < until)
-    out: list[Series] = []
-    key: ScopeKey | None = None
+    jobs: list[tuple[ScopeKey, int, list[dict[str, Any]]]] = []
     job_pk: int | None = None
     runs: list[dict[str, Any]] = []
     result = await conn.stream(q)
     async for row in result:
         if row.job_pk != job_pk:
-            if key is not None:
-                out += series_of(key, runs, max_memory=max_memory)
-            job_pk, key, runs = row.job_pk, ScopeKey(row.org, row.repo, row.workflow, row.job), []
+            job_pk, runs = row.job_pk, []
+            jobs.append((ScopeKey(row.org, row.repo, row.workflow, row.job), row.job_pk, runs))
         if not runs or runs[-1]["id"] != row.run_pk:
             runs.append(
                 {
@@ -211,9 +218,8 @@ async def load(
                 }
             )
         runs[-1]["containers"][row.name] = row._mapping
-    if key is not None:
-        out += series_of(key, runs, max_memory=max_memory)
-    return out
+    prior = prior_by_run([(k.org, pk, r) for k, pk, r in jobs])  # E6, from the org's earlier runs
+    return [s for k, _, r in jobs for s in series_of(k, r, max_memory=max_memory, prior=prior)]
 
 
 async def load_pins(*, conn: AsyncConnection, org: str | None) -> list[Any]:
@@ -237,16 +243,31 @@ def pins_for(overrides: Sequence[Any], key: ScopeKey) -> tuple[int, ...]:
     return sizing.pins8({o.scope: o for o in overrides if (o.org, o.repo, o.workflow, o.job) == levels.get(o.scope)})
 
 
-def recommend_before(
-    s: Series, i: int, params: Params, pins: Sequence[int], *, max_backoff_memory: int = 64 * core.GIB
-) -> Any:
-    """The ci-sizer recommendation for run ``i`` of a series from the runs before it: the core's
-    ``size_run``, with the columns and arguments ``backtest_walk`` scores it with."""
+def _columns(s: Series, code: int) -> tuple[Any, Any, Any]:
+    """The ``clean`` and ``oom`` columns and the prior a policy reads (the efficient policy's own, E1, E6)."""
     c = s.columns
+    if code == core.POLICY_EFFICIENT:
+        return c["clean_e"], c["oom_e"], c["prior"]
+    return c["clean"], c["oom"], None
+
+
+def recommend_before(
+    s: Series,
+    i: int,
+    params: Params,
+    pins: Sequence[int],
+    *,
+    max_backoff_memory: int = 64 * core.GIB,
+    code: int = core.POLICY_CI_SIZER,
+) -> Any:
+    """The ci-sizer recommendation (``code``: the seed's or POLICY_EFFICIENT) for run ``i`` of a series
+    from the runs before it: the core's ``size_run``, with the columns and arguments the walk scores."""
+    c = s.columns
+    clean, oom, prior = _columns(s, code)
     return core.size_run(
-        i, c["clean"], c["present"], c[f"cpu_{params.cpu_percentile}"], c["cpu_peak"], c["cpu_p95"], c["mem_peak"],
-        c["mem_limit"], c["oom"], c["pod_peak"], c["ceiling"][i], core.POLICY_CI_SIZER, params.runs, params.buffer,
-        params.memory_qos == "guaranteed", pins, max_backoff_memory,
+        i, clean, c["present"], c[f"cpu_{params.cpu_percentile}"], c["cpu_peak"], c["cpu_p95"], c["mem_peak"],
+        c["mem_limit"], oom, c["pod_peak"], c["ceiling"][i], code, params.runs, params.buffer,
+        params.memory_qos == "guaranteed", pins, max_backoff_memory, -1 if prior is None else prior[i],
     )  # fmt: skip
 
 
@@ -298,7 +319,7 @@ def run(
 ) -> dict[str, Any]:
     """Every series under every policy; per job and fleet-wide totals, the frontier marked.
     ``max_backoff_memory``: the live answer's bound on the OOM backoff without a node ceiling."""
-    walk = walk or core.backtest_walk
+    walk = walk or score_walk
     fleet = [_empty() for _ in pols]
     jobs: dict[ScopeKey, list[list[float]]] = {}
     pins_cache: dict[ScopeKey, tuple[int, ...]] = {}
@@ -308,11 +329,13 @@ def run(
         c = s.columns
         for k, p in enumerate(pols):
             stat = c[f"cpu_{p.params.cpu_percentile}"]
+            clean, oom, prior = _columns(s, p.code)
             totals = walk(
-                c["clean"], c["present"], stat, c["cpu_peak"], c["cpu_p95"], c["cpu_avg"], c["mem_peak"],
-                c["mem_limit"], c["oom"], c["pod_peak"], c["ceiling"], c["duration"],
+                clean, c["present"], stat, c["cpu_peak"], c["cpu_p95"], c["cpu_avg"], c["mem_peak"],
+                c["mem_limit"], oom, c["pod_peak"], c["ceiling"], c["duration"],
                 p.code, p.params.runs, p.params.buffer, p.params.memory_qos == "guaranteed",
-                pins if p.kind == "ci-sizer" else (-1, -1, -1, -1, 0, 0, 0, 0), max_backoff_memory,
+                pins if p.kind in ("ci-sizer", "efficient") else (-1, -1, -1, -1, 0, 0, 0, 0), max_backoff_memory,
+                prior,
             )  # fmt: skip
             for f, v in enumerate(totals):
                 fleet[k][f] += v
@@ -346,55 +369,3 @@ def run(
             for key, totals in jobs.items()
         ],
     }
-
-
-def render(result: dict[str, Any], *, jobs: int = 10) -> str:
-    """The fleet table (``*`` marks the frontier) and the riskiest jobs under the first policy."""
-    from service.console import table
-
-    rows = []
-    for r in result["policies"]:
-        mark = ("M" if r["frontier"]["memory"] else "") + ("C" if r["frontier"]["cpu"] else "")
-        throttle = "-" if r["throttle_share"] is None else f"{r['throttled_runs']} ({r['throttle_share']:.1%})"
-        memory = r["runs_scored"] > 0
-        rows.append(
-            [
-                r["label"],
-                mark,
-                f"{r['oom_risk_runs']} ({r['oom_risk_share']:.1%})" if memory else "-",
-                throttle,
-                f"{r['cpu_waste_core_hours']:.1f}" if r["cpu_request_core_hours"] else "-",
-                f"{r['memory_waste_gib_hours']:.1f}" if memory else "-",
-            ]
-        )
-    head = f"{result['runs']} runs of {result['jobs']} jobs ({result['containers']} containers)"
-    out = [
-        head,
-        "",
-        table(
-            ["policy", "frontier", "OOM risk runs", "throttled runs", "CPU waste core-h", "memory waste GiB-h"],
-            rows,
-            right=(2, 3, 4, 5),
-        ),
-        "",
-        "frontier: M = no other policy has both fewer OOM-risk runs and less memory waste; C = the same for "
-        "throttled runs and CPU waste. Baselines are approximations of other right-sizers, not their code.",
-    ]
-    if jobs and result["per_job"]:
-        first = result["policies"][0]["label"]
-        worst = sorted(result["per_job"], key=lambda j: -j["policies"][0]["oom_risk_runs"])[:jobs]
-        job_rows = [
-            [
-                "/".join((j["org"], j["repo"], j["workflow"], j["job"])),
-                j["policies"][0]["runs_scored"],
-                j["policies"][0]["oom_risk_runs"],
-                f"{j['policies'][0]['memory_waste_gib_hours']:.1f}",
-            ]
-            for j in worst
-        ]
-        out += [
-            "",
-            f"riskiest jobs under {first}:",
-            table(["job", "runs", "OOM risk", "memory waste GiB-h"], job_rows, right=(1, 2, 3)),
-        ]
-    return "\n".join(out)

@@ -35,6 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--memory-qos", dest="qos_list", default="guaranteed", help="guaranteed, burstable; comma-separated"
     )
     bt.add_argument("--no-baselines", action="store_true", help="leave out the fixed default and the approximations")
+    bt.add_argument("--no-efficient", action="store_true", help="leave out the efficient policy (rules E1-E9)")
     bt.add_argument("--jobs", type=int, default=10, help="riskiest jobs to list (default 10)")
     bt.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
     bt.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -59,6 +60,7 @@ def _backtest_body(args: argparse.Namespace) -> Any:
         "cpu_percentile": listed(args.cpu_percentile, False),
         "memory_qos": listed(args.qos_list, False),
         "baselines": not args.no_baselines,
+        "efficient": not args.no_efficient,
     }
     return validated(BacktestCreate, raw, "invalid backtest")
 
@@ -80,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if not series:
         raise CliError("no stored runs to backtest" + (f" for org {body.org!r}" if body.org else ""), code=1)
     loaded = time.perf_counter()
-    pols = backtest.policies(param_sets(body), baselines=body.baselines)
+    pols = backtest.policies(param_sets(body), baselines=body.baselines, efficient=body.efficient)
     result = backtest.run(
         series, pols, overrides, progress=Progress("backtesting"), max_backoff_memory=max_backoff_memory
     )

@@ -21,6 +21,7 @@ FLAGS = {
     "port": "--port",
     "cpu_sizing_mode": "--cpu-sizing-mode",
     "memory_qos": "--memory-qos",
+    "sizing_policy": "--sizing-policy",
     "max_memory": "--max-memory",
     "max_backoff_memory": "--max-backoff-memory",
     "log_level": "--log-level",
@@ -57,6 +58,10 @@ def add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
     p.add_argument("--port", help="port (default 8080)")
     p.add_argument("--cpu-sizing-mode", help="observe (default) or enforce (rule S17)")
     p.add_argument("--memory-qos", help="guaranteed (default) or burstable (rule S16)")
+    p.add_argument(
+        "--sizing-policy",
+        help="seed (default) or efficient (rules E1-E9); a per-scope override can opt a job in or out",
+    )
     p.add_argument(
         "--max-memory",
         metavar="QUANTITY",

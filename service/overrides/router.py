@@ -2,7 +2,7 @@
 
 from collections.abc import Callable, Coroutine
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
@@ -46,6 +46,9 @@ class OverridePut(BaseModel):
     memory_limit: str | None = Field(default=None, max_length=64, examples=["8Gi"])
     reason: str | None = Field(default=None, max_length=2000)
     expires_at: Timestamp | None = None
+    sizing_policy: Literal["seed", "efficient"] | None = Field(
+        default=None, description="the sizing policy at this scope; null inherits from the scope above"
+    )
 
     @field_validator("expires_at")
     @classmethod
@@ -67,6 +70,7 @@ class OverridePublic(BaseModel):
     memory_request_bytes: int | None
     memory_limit: str | None
     memory_limit_bytes: int | None
+    sizing_policy: Literal["seed", "efficient"] | None
     reason: str | None
     expires_at: str | None
     expired: bool
@@ -99,6 +103,7 @@ def to_public(o: Override) -> OverridePublic:
         memory_request_bytes=o.memory_request_bytes,
         memory_limit=q(o.memory_limit_bytes, format_memory),
         memory_limit_bytes=o.memory_limit_bytes,
+        sizing_policy=o.sizing_policy,
         reason=o.reason,
         expires_at=to_rfc3339(o.expires_at),
         expired=overrides_service.is_expired(o),
@@ -139,11 +144,12 @@ def pins_of(body: OverridePut) -> Pins:
     if body.expires_at is not None and body.expires_at <= utcnow():
         errors.append({"field": "body/expires_at", "message": "must be in the future"})
     if not errors:
-        if all(v is None for v in values.values()):
+        if all(v is None for v in values.values()) and body.sizing_policy is None:
             errors.append(
                 {
                     "field": "body",
-                    "message": "pin at least one of cpu_request, cpu_limit, memory_request, memory_limit",
+                    "message": "pin at least one of cpu_request, cpu_limit, memory_request, memory_limit, "
+                    "sizing_policy",
                 }
             )
         for kind in ("cpu", "memory"):
@@ -164,6 +170,7 @@ def pins_of(body: OverridePut) -> Pins:
         memory_limit_bytes=values["memory_limit"],
         reason=body.reason,
         expires_at=body.expires_at,
+        sizing_policy=body.sizing_policy,
     )
 
 

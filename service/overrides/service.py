@@ -34,6 +34,8 @@ class Pins:
     memory_limit_bytes: int | None
     reason: str | None
     expires_at: datetime | None
+    #: "seed" or "efficient": the sizing policy at this scope; None inherits (issue 25)
+    sizing_policy: str | None = None
 
 
 def etag(o: Override) -> str:
@@ -46,6 +48,8 @@ def etag(o: Override) -> str:
     ]
     parts += [str(getattr(o, f)) for f in FIELDS]
     parts += [o.reason or "", o.expires_at.isoformat() if o.expires_at else ""]
+    if o.sizing_policy is not None:  # only when set: an override without one keeps its ETag
+        parts.append(o.sizing_policy)
     return '"' + hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:32] + '"'
 
 
@@ -55,6 +59,17 @@ PinRow = Any
 
 def is_expired(o: Override | PinRow, now: datetime | None = None) -> bool:
     return o.expires_at is not None and o.expires_at <= (now or utcnow())
+
+
+def sizing_policy(pins: dict[str, PinRow], default: str) -> str:
+    """The sizing policy for one job (issue 25, O2 style): the most specific applicable override's
+    ``sizing_policy``, else ``default`` (the server's setting)."""
+    for scope in ("job", "workflow", "repo", "org"):
+        o = pins.get(scope)
+        chosen = None if o is None else getattr(o, "sizing_policy", None)  # rows built by hand may lack it
+        if chosen is not None:
+            return str(chosen)
+    return default
 
 
 def _where_key(key: ScopeKey) -> ColumnElement[bool]:
@@ -150,6 +165,7 @@ def _pin_values(pins: Pins) -> dict[str, Any]:
         "memory_limit_bytes": pins.memory_limit_bytes,
         "reason": pins.reason,
         "expires_at": pins.expires_at,
+        "sizing_policy": pins.sizing_policy,
     }
 
 

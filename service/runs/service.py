@@ -20,6 +20,7 @@ from service import core
 from service.errors import Conflict
 from service.observability.metrics import CORE_DURATION
 from service.runs.schemas import ContainerCreate, CpuStatsPublic, RunContainerPublic, RunCreate, RunPublic
+from service.sizing import priors
 from service.tables import Job, Run, RunContainer
 from service.wire import STAT_NAMES, to_rfc3339, utcnow
 
@@ -257,8 +258,10 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun, job_ids: Jo
         return Ingested(run_public(body, existing, stored, "duplicate"), job_id)
     containers = [{"run_pk": run_pk, **row} for row in prepared.containers]
     await conn.execute(_NEW_CONTAINERS, containers)
+    rows: list[Any] = [SimpleNamespace(**c) for c in containers]
+    await priors.record(conn=conn, org=body.org, job_id=job_id, run_pk=run_pk, clean=prepared.clean, containers=rows)
     run = SimpleNamespace(**values, id=run_pk)
-    return Ingested(run_public(body, run, [SimpleNamespace(**c) for c in containers], "created"), job_id)
+    return Ingested(run_public(body, run, rows, "created"), job_id)
 
 
 async def ingest(

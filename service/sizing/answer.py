@@ -9,6 +9,7 @@ from typing import Any, Literal
 Phase = Literal["unknown", "learning", "confident"]
 Source = Literal["algorithm", "org", "repo", "workflow", "job"]
 OverrideScope = Literal["job", "workflow", "repo", "org", "global"]
+SizingPolicy = Literal["seed", "efficient"]
 
 
 @dataclass(slots=True)
@@ -106,6 +107,7 @@ class Meta:
     override_scope: OverrideScope
     cpu_sizing_mode: Literal["observe", "enforce"]
     memory_qos: Literal["guaranteed", "burstable"]
+    policy: SizingPolicy
     node_ceiling_bytes: int | None
     generated_at: str
     degraded: bool = False
@@ -138,6 +140,7 @@ class Answer:
                 "override_scope": m.override_scope,
                 "cpu_sizing_mode": m.cpu_sizing_mode,
                 "memory_qos": m.memory_qos,
+                "policy": m.policy,
                 "node_ceiling_bytes": m.node_ceiling_bytes,
                 "generated_at": m.generated_at,
                 "degraded": m.degraded,

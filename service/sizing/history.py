@@ -98,6 +98,8 @@ _WINDOW_COLUMNS = (
     _containers.c.memory_peak_bytes,
     _containers.c.memory_limit_bytes,
     _containers.c.oom_suspect,
+    _containers.c.oom_killed,  # the efficient policy's kills (service.sizing.priors)
+    _containers.c.oom_kill_events,
 )
 _ALL_RUNS = (
     select(*_WINDOW_COLUMNS)
@@ -116,9 +118,11 @@ _WINDOW = (
 
 
 async def load_history(
-    *, conn: AsyncConnection, key: ScopeKey, runs: int, need_node_memory: bool
+    *, conn: AsyncConnection, key: ScopeKey, runs: int, need_node_memory: bool, every_run_when_short: bool = False
 ) -> tuple[int | None, History]:
-    """The job's id (None for a job never seen) and what its answer is computed from."""
+    """The job's id (None for a job never seen) and what its answer is computed from. With
+    ``every_run_when_short`` (the efficient policy, whose samples include runs S2 calls unclean, E1)
+    a job with fewer than ``runs`` clean runs is read whole."""
     history = History()
     summary = (
         await conn.execute(_SUMMARY, {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job})
@@ -128,7 +132,8 @@ async def load_history(
     job_id, history.clean_samples, node_memory = summary
     if need_node_memory:
         history.newest_node_memory_bytes = node_memory
-    window = _WINDOW if history.clean_samples else _ALL_RUNS
+    short = history.clean_samples == 0 or (every_run_when_short and history.clean_samples < runs)
+    window = _ALL_RUNS if short else _WINDOW
     rows = await conn.execute(window, {"job_id": job_id, "runs": max(runs, _PHASE_SAMPLES)})
     current: HistoryRun | None = None
     for row in rows:

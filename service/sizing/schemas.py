@@ -73,6 +73,9 @@ class SizingMetaPublic(BaseModel):
     override_scope: Literal["job", "workflow", "repo", "org", "global"]
     cpu_sizing_mode: Literal["observe", "enforce"]
     memory_qos: Literal["guaranteed", "burstable"]
+    policy: Literal["seed", "efficient"] = Field(
+        description="the sizing policy that made this answer: the most specific override's, else the server's"
+    )
     node_ceiling_bytes: int | None
     generated_at: str
     degraded: bool = Field(description="true when the database failed or was slow and this is a fallback")

@@ -24,7 +24,7 @@ from service.observability.metrics import CORE_DURATION, DATABASE_ERRORS
 from service.overrides import service as overrides_service
 from service.overrides.service import PinRow
 from service.quantity import format_cpu, format_memory
-from service.sizing import answer
+from service.sizing import answer, priors
 from service.sizing import ceilings as ceilings_service
 from service.sizing.answer import Phase
 from service.sizing.ceilings import Ceiling
@@ -55,6 +55,8 @@ class Policy:
     max_backoff_memory: int = 64 * core.GIB
     #: runner ceilings by org ("*": every org), from CI_SIZER_RUNNER_CEILINGS_FILE
     ceilings: Mapping[str, Ceiling] = field(default_factory=dict)
+    #: the server's sizing policy (CI_SIZER_SIZING_POLICY); an override's ``sizing_policy`` wins
+    sizing_policy: answer.SizingPolicy = "seed"
 
     @classmethod
     def of(cls, settings: Any, ceilings: Mapping[str, Ceiling]) -> Policy:
@@ -65,6 +67,7 @@ class Policy:
             max_memory=settings.max_memory,
             max_backoff_memory=settings.max_backoff_memory,
             ceilings=ceilings,
+            sizing_policy=settings.sizing_policy,
         )
 
 
@@ -113,6 +116,12 @@ def pins8(pins: Mapping[str, PinRow]) -> tuple[int, ...]:
     return (*values, *ranks)
 
 
+def choose(pins: dict[str, PinRow], policy: Policy) -> answer.SizingPolicy:
+    """The sizing policy of one job (issue 25): the most specific override's, else the server's."""
+    chosen = overrides_service.sizing_policy(pins, policy.sizing_policy)
+    return "efficient" if chosen == "efficient" else "seed"
+
+
 def compute(
     *,
     key: ScopeKey,
@@ -120,13 +129,20 @@ def compute(
     pins: dict[str, PinRow],
     params: SizingParams,
     policy: Policy,
+    prior: int = -1,
 ) -> answer.Answer:
     """The answer from the job's history: every rule of the policy is the core's ``size_run``
-    (the one the backtest calls before each run), asked for the next run (``i == n``)."""
+    (the one the backtest calls before each run), asked for the next run (``i == n``). ``prior``:
+    the org's first-run prior (``core.prior_read``), read by the efficient policy only (E6)."""
     runs = history.window[::-1]  # oldest first, as the core reads columns
     n = len(runs)
-    code = core.POLICY_CI_SIZER
-    clean = [core.RUN_CLEAN if r.clean else core.RUN_KILLED for r in runs]
+    chosen = choose(pins, policy)
+    efficient = chosen == "efficient"
+    code = core.POLICY_EFFICIENT if efficient else core.POLICY_CI_SIZER
+    if efficient:  # E1: kills told apart from S1's 95 % clause
+        clean = [priors.run_code(r.clean, r.containers.values()) for r in runs]
+    else:
+        clean = [core.RUN_CLEAN if r.clean else core.RUN_KILLED for r in runs]
     analysed = core.analysed_runs(n, clean, code, params.runs)
     names = _ordered_names([runs[j] for j in analysed] if analysed else history.window) or ["*"]  # rule S6
     ceiling = node_ceiling(policy, history)
@@ -149,7 +165,7 @@ def compute(
             [0.0 if c is None else c.cpu_p95 for c in rows],
             [0 if c is None else c.memory_peak_bytes for c in rows],
             [-1 if c is None or c.memory_limit_bytes is None else c.memory_limit_bytes for c in rows],
-            [0 if c is None else int(c.oom_suspect) for c in rows],
+            [0 if c is None else priors.oom_code(c) if efficient else int(c.oom_suspect) for c in rows],
             pod,
             -1 if ceiling is None else ceiling,
             code,
@@ -158,6 +174,7 @@ def compute(
             guaranteed,
             pinned,
             policy.max_backoff_memory,
+            prior,
         )
         phase = _PHASES[s.phase]
         containers.append(
@@ -198,13 +215,14 @@ def compute(
         meta=answer.Meta(
             phase=phase,
             clean_samples=history.clean_samples,
-            runs_analyzed=min(params.runs, history.clean_samples),  # rule S5
+            runs_analyzed=len(analysed) if efficient else min(params.runs, history.clean_samples),  # S5, E2
             runs=params.runs,
             buffer=params.buffer,
             cpu_percentile=params.cpu_percentile,
             override_scope=override_scope(pins),
             cpu_sizing_mode=policy.cpu_sizing_mode,
             memory_qos=policy.memory_qos,
+            policy=chosen,
             node_ceiling_bytes=ceiling,
             generated_at=to_rfc3339(utcnow()) or "",
         ),
@@ -233,14 +251,23 @@ class Recommendation:
 
 async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
     """The sizing answer for one job; an unseen job answers in the unknown phase."""
-    job_id, history = await load_history(
-        conn=conn, key=key, runs=params.runs, need_node_memory=policy.max_memory is None
-    )
     pins = await overrides_service.applicable(conn=conn, key=key)
+    efficient = choose(pins, policy) == "efficient"
+    job_id, history = await load_history(
+        conn=conn,
+        key=key,
+        runs=max(params.runs, priors.EFFICIENT_MIN_WINDOW) if efficient else params.runs,  # E2
+        need_node_memory=policy.max_memory is None,
+        every_run_when_short=efficient,
+    )
+    first_run = efficient and not priors.has_sample(history.window)
+    prior = core.prior_read(await priors.read(conn=conn, org=key.org)) if first_run else -1  # E6
     started = time.perf_counter()
-    computed = compute(key=key, history=history, pins=pins, params=params, policy=policy)
+    computed = compute(key=key, history=history, pins=pins, params=params, policy=policy, prior=prior)
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
+    if first_run:  # other jobs' runs move the prior (E6): an answer that read it is not cached
+        expiries.append(0.0)
     return Recommendation(answer=computed, job_id=job_id, fresh_until=min(expiries, default=math.inf))
 
 

@@ -36,7 +36,11 @@ def timed(n: int, *, cpu: float, mem: int, limit: int | None = None, minutes: fl
 #   run 0: 100m, 100Mi, reported limit 1Gi   run 1: 600m, 600Mi, reported limit 512Mi
 # ci-sizer, buffer 20: run 0 unknown -> 500m/4Gi; run 1 learning from run 0: 3 x 100m = 300m (limit
 # 500m), 3 x 100Mi = 300Mi -> limit 512Mi, guaranteed. Run 1's 600Mi peak exceeds 512Mi (OOM risk)
-# and its 600m exceeds 500m (throttled). Waste: CPU (500-100) x 600 + 0; memory (4Gi-100Mi) x 600 + 0.
+# and its 600m exceeds 500m (throttled). Waste: CPU (500-100) x 600; memory (4Gi-100Mi) x 600; run 1
+# would have been OOM-killed, so all it reserved is waste too (issue 25): CPU 300 x 600, memory 512Mi x 600.
+# efficient (E1-E9): run 0 no sample and no org prior -> 500m/4Gi; run 1 learning from run 0: CPU request
+# 100m (no buffer, E7), limit 120m -> 500m; memory 100Mi + 20 % = 120Mi (E3, E8), request = limit; run 1's
+# 600Mi is over it (killed: CPU 100 x 600 and memory 120Mi x 600 wasted), its 600m over 500m (throttled).
 HISTORY = [timed(0, cpu=100.0, mem=100 * MIB, limit=GIB), timed(1, cpu=600.0, mem=600 * MIB, limit=512 * MIB)]
 
 
@@ -51,12 +55,20 @@ async def test_backtest_by_hand(client: httpx.AsyncClient) -> None:
     rows = {p["label"]: p for p in result["policies"]}
     ci = rows["ci-sizer runs=5 buffer=20 cpu=p95 qos=guaranteed"]
     assert (ci["runs_scored"], ci["oom_risk_runs"], ci["cpu_limit_runs"], ci["throttled_runs"]) == (2, 1, 2, 1)
-    assert ci["cpu_waste_core_hours"] == pytest.approx(400 * 600 / 1000 / 3600, abs=1e-3)
-    assert ci["memory_waste_gib_hours"] == pytest.approx((4 * GIB - 100 * MIB) * 600 / GIB / 3600, abs=1e-3)
-    # the recorded limits: run 0 had 1Gi for 100Mi (no risk, waste (1Gi - 100Mi) x 600), run 1 512Mi for 600Mi
+    assert ci["cpu_waste_core_hours"] == pytest.approx((400 + 300) * 600 / 1000 / 3600, abs=1e-3)
+    assert ci["memory_waste_gib_hours"] == pytest.approx((4 * GIB - 100 * MIB + 512 * MIB) * 600 / GIB / 3600, abs=1e-3)
+    eff = rows["efficient runs=5 buffer=20 cpu=p95 qos=guaranteed"]
+    assert eff["kind"] == "efficient"
+    assert (eff["runs_scored"], eff["oom_risk_runs"], eff["cpu_limit_runs"], eff["throttled_runs"]) == (2, 1, 2, 1)
+    assert eff["cpu_waste_core_hours"] == pytest.approx((400 + 100) * 600 / 1000 / 3600, abs=1e-3)
+    assert eff["memory_waste_gib_hours"] == pytest.approx(
+        (4 * GIB - 100 * MIB + 120 * MIB) * 600 / GIB / 3600, abs=1e-3
+    )
+    # the recorded limits: run 0 had 1Gi for 100Mi (no risk, waste (1Gi - 100Mi) x 600), run 1 512Mi for
+    # 600Mi (killed: its 512Mi x 600 is waste)
     rec = rows["recorded limits"]
     assert (rec["runs_scored"], rec["oom_risk_runs"], rec["throttle_share"]) == (2, 1, None)
-    assert rec["memory_waste_gib_hours"] == pytest.approx((GIB - 100 * MIB) * 600 / GIB / 3600, abs=1e-3)
+    assert rec["memory_waste_gib_hours"] == pytest.approx((GIB - 100 * MIB + 512 * MIB) * 600 / GIB / 3600, abs=1e-3)
     # the fixed default: 4Gi never at risk, 600m > 500m throttled once
     fixed = rows["fixed 500m / 4Gi"]
     assert (fixed["oom_risk_runs"], fixed["throttled_runs"]) == (0, 1)
@@ -79,8 +91,12 @@ async def test_current_overrides_apply(client: httpx.AsyncClient) -> None:
     assert r.status_code in (200, 201), r.text
     r = await client.post("/api/v1/backtests", json={"org": JOB["org"], "baselines": False})
     a = await poll(client, r.headers["Location"])
-    ci = a["result"]["policies"][0]
+    ci, eff = a["result"]["policies"][:2]
     assert ci["oom_risk_runs"] == 0
+    assert eff["oom_risk_runs"] == 0  # the pins apply to the efficient policy too (O2-O3)
+    assert [p["kind"] for p in a["result"]["policies"]] == ["ci-sizer", "efficient", "recorded"]
+    r = await client.post("/api/v1/backtests", json={"org": JOB["org"], "baselines": False, "efficient": False})
+    a = await poll(client, r.headers["Location"])
     assert [p["kind"] for p in a["result"]["policies"]] == ["ci-sizer", "recorded"]
 
 
@@ -129,7 +145,11 @@ def test_cli_backtest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert "VPA-like" in out
     assert main(["backtest", "--database-url", url, "--json", "--no-baselines"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert [p["kind"] for p in report["policies"]] == ["ci-sizer", "recorded"]
+    assert [p["kind"] for p in report["policies"]] == ["ci-sizer", "efficient", "recorded"]
     assert report["policies"][0]["oom_risk_runs"] == 1
+    assert "efficient runs=5" in report["policies"][1]["label"]
+    assert main(["backtest", "--database-url", url, "--json", "--no-baselines", "--no-efficient"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [p["kind"] for p in report["policies"]] == ["ci-sizer", "recorded"]
     assert main(["backtest", "--database-url", url, "--buffer", "ten"]) == 2
     assert main(["backtest", "--database-url", url, "--org", "nobody"]) == 1

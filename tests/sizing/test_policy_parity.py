@@ -5,7 +5,8 @@ Random histories go through the real API (ingest, overrides, sizing) on SQLite a
 backtest side reads the same runs back through the backtest service's own loader and pin resolution
 and asks the core for its recommendation before each run (``backtest.recommend_before``, the call
 ``backtest_walk`` scores). Both cores run it through the ``CI_SIZER_PURE_PYTHON`` pass of CI.
-Rules S3-S17 and O2-O3.
+Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E9,
+the first-run prior (E6) across jobs and the window of 20 samples (E2) included.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service import core
 from service.backtests import service as backtest
 from service.db import build_engine
 from service.keys import ScopeKey
@@ -28,6 +30,7 @@ from service.settings import Settings
 from ..helpers import GIB, MIB, container, run, sizing_path
 
 SCOPES = ("org", "repo", "workflow", "job")
+CODES = {"seed": core.POLICY_CI_SIZER, "efficient": core.POLICY_EFFICIENT}
 STATS = ("peak", "p99", "p95", "p75", "p50", "avg")
 
 
@@ -79,12 +82,15 @@ async def _scenario(
     params: Any,
     *,
     ignore_pins: bool = False,
+    policy: str = "seed",
 ) -> None:
     key = ScopeKey(f"o{uuid.uuid4().hex[:10]}", "web", "ci.yml", "build")
     job = {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job}
     app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000, sizing_cache_entries=0))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            if policy == "efficient":  # the org opts in (issue 25), the pins as drawn
+                pinned = {**pinned, "org": {**pinned.get("org", {}), "sizing_policy": "efficient"}}
             for scope, body in pinned.items():
                 r = await client.put(_override_path(key, scope), json=body)
                 assert r.status_code in (200, 201), r.text
@@ -110,7 +116,7 @@ async def _scenario(
             continue  # defaults: the backtest sizes containers it has not yet seen the same way
         listed = {c["name"] for c in answer["containers"]}
         for name, s in by_name.items():
-            sized = backtest.recommend_before(s, i, wanted, pin8)
+            sized = backtest.recommend_before(s, i, wanted, pin8, code=CODES[policy])
             if sized.phase < 0:  # not in the analysed runs: the answer does not list it either
                 assert name not in listed, (i, name)
                 continue
@@ -123,6 +129,7 @@ async def _scenario(
             )
             assert live == (sized.cpu_request, sized.cpu_limit, sized.memory_request, sized.memory_limit), (i, name)
             assert c["oom"]["consecutive"] == sized.consecutive, (i, name)
+        assert answer["meta"]["policy"] == policy
 
 
 def _extra(r: dict[str, Any]) -> dict[str, Any]:
@@ -142,8 +149,10 @@ def _extra(r: dict[str, Any]) -> dict[str, Any]:
     buffer=st.integers(0, 100),
     percentile=st.sampled_from(["peak", "p99", "p95", "p75", "p50", "avg"]),
 )
+@pytest.mark.parametrize("policy", ["seed", "efficient"])
 def test_backtest_and_live_answer_agree(
     db_url: str,
+    policy: str,
     runs: list[dict[str, Any]],
     pinned: dict[str, dict[str, str]],
     n_runs: int,
@@ -151,7 +160,7 @@ def test_backtest_and_live_answer_agree(
     percentile: str,
 ) -> None:
     params = {"runs": n_runs, "buffer": buffer, "cpu_percentile": percentile}
-    asyncio.run(_scenario(db_url, runs, pinned, params))
+    asyncio.run(_scenario(db_url, runs, pinned, params, policy=policy))
 
 
 @pytest.mark.parametrize("field", ["memory_limit", "cpu_request"])
@@ -163,3 +172,59 @@ def test_parity_catches_a_divergence(db_url: str, field: str) -> None:
     asyncio.run(_scenario(db_url, runs, pinned, params))
     with pytest.raises(AssertionError):
         asyncio.run(_scenario(db_url, runs, pinned, params, ignore_pins=True))
+
+
+async def _fleet_scenario(db_url: str, plan: list[tuple[str, dict[str, Any]]]) -> None:
+    """Runs of several jobs of one org, one after another (``plan``: job name, container); before
+    each run the live answer of that job (the org opted in to efficient) against the backtest's."""
+    org = f"o{uuid.uuid4().hex[:10]}"
+    app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000))
+    asked: list[tuple[ScopeKey, int, dict[str, Any]]] = []
+    seen: dict[str, int] = {}
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+            r = await client.put(f"/api/v1/sizing/overrides/{org}", json={"sizing_policy": "efficient"})
+            assert r.status_code == 201, r.text
+            for n, (name, c) in enumerate(plan):
+                job = {"org": org, "repo": "web", "workflow": "ci.yml", "job": name}
+                got = await client.get(sizing_path(job))
+                assert got.status_code == 200, got.text
+                i = seen.get(name, 0)
+                asked.append((ScopeKey(org, "web", "ci.yml", name), i, got.json()))
+                seen[name] = i + 1
+                body = run(n, c, job=job)
+                body["run_id"] = f"{name}-{i}"
+                posted = await client.post("/api/v1/runs", json=body)
+                assert posted.status_code == 201, posted.text
+    engine = build_engine(db_url)
+    try:
+        async with engine.connect() as conn:
+            series = await backtest.load(conn=conn, org=org, since=None, until=None, max_memory=None)
+    finally:
+        await engine.dispose()
+    by_job = {s.job: s for s in series}
+    pins = (-1, -1, -1, -1, 0, 0, 0, 0)
+    for key, i, answer in asked:
+        sized = backtest.recommend_before(by_job[key], i, backtest.Params(), pins, code=core.POLICY_EFFICIENT)
+        [c] = answer["containers"]
+        live = (c["memory"]["request_bytes"], c["memory"]["limit_bytes"], c["cpu"]["request_millicores"])
+        assert live == (sized.memory_request, sized.memory_limit, sized.cpu_request), (key.job, i)
+        assert answer["meta"]["policy"] == "efficient"
+
+
+def test_efficient_parity_across_jobs_with_the_prior(db_url: str) -> None:
+    """E6: new jobs' first runs are sized from the org's earlier jobs, in the backtest as live; a job
+    with 25 runs, some near the limit (samples, E1) and some killed, reaches past E2's 20 samples."""
+    plan: list[tuple[str, dict[str, Any]]] = []
+    for k, name in enumerate(("a", "b", "c", "d", "e")):
+        plan.append((name, container("build", cpu=100.0 + k, mem=(100 + 50 * k) * MIB, limit=GIB)))
+    for k in range(25):
+        if k % 7 == 3:
+            c = container("build", cpu=200.0, mem=980 * MIB, limit=GIB)  # S1's 95 % clause only
+        elif k % 9 == 5:
+            c = container("build", cpu=200.0, mem=GIB + MIB, limit=GIB, oom_killed=True)
+        else:
+            c = container("build", cpu=150.0 + k, mem=(300 + 7 * k) * MIB, limit=2 * GIB)
+        plan.append(("long", c))
+    plan.append(("f", container("build", cpu=100.0, mem=64 * MIB, limit=GIB)))
+    asyncio.run(_fleet_scenario(db_url, plan))

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -43,14 +44,15 @@ from service.pgpool import Pool, PoolClosed
 from service.runs import bodies
 from service.runs import service as runs_service
 from service.runs.schemas import RunCreate
+from service.sizing import priors
 from service.wire import STAT_NAMES, utcnow
 
 PATH = "/api/v1/runs"
 log = logging.getLogger("ci_sizer.runs")
 _FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed)
 
-# $1-$4 the job's key, $5 now (created_at, ingested_at), $6-$12 the run, $13-$24 its containers as
-# arrays, $25-$26 the notification. A job created here by a concurrent request after this
+# $1-$4 the job's key, $5 now (created_at, ingested_at), $6-$12 the run, $13-$24 and $27-$28 its
+# containers as arrays, $25-$26 the notification, $29 the run's peak for the first-run prior (-1: none). A job created here by a concurrent request after this
 # statement's snapshot gives no job id (the insert does nothing on the unique key): the caller
 # runs the statement again, which sees it.
 STATEMENT = """
@@ -82,8 +84,25 @@ stored AS (
             $27::bigint[], $28::boolean[]) AS c
     RETURNING 1
 ),
-notified AS (SELECT pg_notify($25::text, $26::text) FROM run)
-SELECT (SELECT id FROM job) AS job_id, (SELECT id FROM run) AS run_pk, (SELECT count(*) FROM notified) AS notified
+notified AS (SELECT pg_notify($25::text, $26::text) FROM run),
+prior AS (
+    -- rule E6 (sizing/priors.py): the org's first-run prior, for a stored run that was not killed
+    -- ($29 >= 0, its highest container peak): one more sampled job unless the job had a sample, the higher peak
+    INSERT INTO fleet_priors (org, sampled_jobs, peak_bytes, updated_at)
+    SELECT $1::varchar, 1, $29::bigint, $5::timestamp FROM run WHERE $29::bigint >= 0
+    ON CONFLICT (org) DO UPDATE SET
+        sampled_jobs = fleet_priors.sampled_jobs + CASE WHEN EXISTS (
+            SELECT 1 FROM runs r
+            WHERE r.job_id = (SELECT id FROM job) AND r.id <> (SELECT id FROM run) AND (r.clean OR NOT EXISTS (
+                SELECT 1 FROM run_containers c WHERE c.run_pk = r.id AND (c.oom_killed OR c.oom_kill_events > 0
+                    OR (c.memory_limit_bytes IS NOT NULL AND c.memory_peak_bytes > c.memory_limit_bytes))))
+        ) THEN 0 ELSE 1 END,
+        peak_bytes = greatest(fleet_priors.peak_bytes, EXCLUDED.peak_bytes),
+        updated_at = EXCLUDED.updated_at
+    RETURNING 1
+)
+SELECT (SELECT id FROM job) AS job_id, (SELECT id FROM run) AS run_pk, (SELECT count(*) FROM notified) AS notified,
+    (SELECT count(*) FROM prior) AS prior
 """
 _COLUMNS = (
     "position",
@@ -119,6 +138,7 @@ def arguments(prepared: runs_service.PreparedRun, *, now: Any, origin: str) -> l
         payload,
         [r["oom_kill_events"] for r in rows],
         [r["oom_suspect"] for r in rows],
+        priors.sample_peak(prepared.clean, [SimpleNamespace(**r) for r in rows]),
     ]
 
 

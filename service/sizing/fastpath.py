@@ -165,12 +165,11 @@ class CachedSizing:
             return "application/json", hit.body, False
         return (*formats.render(params.output, hit.answer, params.mapping), False)
 
-    async def _miss(self, pool: Pool, key: ScopeKey, params: Params) -> tuple[str, bytes, bool]:
+    async def _miss(self, pool: Pool, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         """A cache miss on PostgreSQL: the answer read with one statement through the lean pool
         (``sizing/pgread.py``) within the sizing deadline, computed by the same ``compute``, cached;
         on a database fault or past the deadline the degraded answer (fail-open, 200), as the route
-        answers it."""
-        SIZING_CACHE.labels(result="miss").inc()
+        answers it. None when the job is sized by the ``efficient`` policy: the route answers it."""
         state = self.state
         settings = state.settings
         policy = Policy.of(settings, state.ceilings)
@@ -178,6 +177,7 @@ class CachedSizing:
         try:
             rec = await within(settings.sizing_deadline_ms / 1000, _read(pool, key, params.key, policy))
         except _FAULTS as exc:
+            SIZING_CACHE.labels(result="miss").inc()
             DEGRADED_ANSWERS.inc()
             if not isinstance(exc, TimeoutError):
                 DATABASE_ERRORS.inc()
@@ -190,6 +190,9 @@ class CachedSizing:
             if params.output == "json":
                 return "application/json", orjson.dumps(answer.as_dict()), True
             return (*formats.render(params.output, answer, params.mapping), True)
+        if rec is None:
+            return None
+        SIZING_CACHE.labels(result="miss").inc()
         meta = rec.answer.meta
         body = orjson.dumps(rec.answer.as_dict())
         self.cache.put(key, params.key, ticket, Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until))
@@ -201,6 +204,6 @@ class CachedSizing:
         return (*formats.render(params.output, rec.answer, params.mapping), False)
 
 
-async def _read(pool: Pool, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+async def _read(pool: Pool, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation | None:
     async with pool.acquire() as conn:
         return await pgread.recommend(conn=conn, key=key, params=params, policy=policy)

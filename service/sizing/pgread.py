@@ -26,7 +26,7 @@ from service.observability.metrics import CORE_DURATION
 from service.overrides.service import PinRow, is_expired
 from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun
 from service.sizing.params import SizingParams
-from service.sizing.service import Policy, Recommendation, compute
+from service.sizing.service import Policy, Recommendation, choose, compute
 from service.wire import utcnow
 
 # $1-$4 the job's key, $5 how many clean runs the window reaches back to
@@ -143,10 +143,14 @@ class _Stats:
         self.oom_suspect = row["oom_suspect"]
 
 
-async def recommend(*, conn: Any, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
-    """``sizing.service.recommend`` in one statement on an asyncpg connection."""
+async def recommend(*, conn: Any, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation | None:
+    """``sizing.service.recommend`` in one statement on an asyncpg connection; None for a job the
+    ``efficient`` policy sizes (by the setting or an override): its window and first-run prior are
+    read by ``sizing.service.recommend`` on the route."""
     rows = await conn.fetch(STATEMENT, key.org, key.repo, key.workflow, key.job, max(params.runs, _PHASE_SAMPLES))
     job_id, history, pins = history_of(rows, need_node_memory=policy.max_memory is None)
+    if choose(pins, policy) != "seed":
+        return None
     started = time.perf_counter()
     computed = compute(key=key, history=history, pins=pins, params=params, policy=policy)
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)

@@ -113,14 +113,21 @@ def _update(dialect: str) -> Any:
 UPDATE = {name: _update(name) for name in ("postgresql", "sqlite")}
 
 
+def sample_peak(clean: bool, containers: Sequence[Any]) -> int:
+    """What a stored run adds to the prior: its highest container peak, or -1 when it was killed (E1)."""
+    if not containers or run_code(clean, containers) == core.RUN_KILLED:
+        return -1
+    return max(int(c.memory_peak_bytes) for c in containers)
+
+
 def update_params(
     *, org: str, job_id: int, run_pk: int, clean: bool, containers: Sequence[Any], now: Any
 ) -> dict[str, Any] | None:
     """The parameters of ``UPDATE`` for one stored run, or None when the run was killed (E1: a killed
     run leaves the prior as it is). ``containers``: the rows stored with the run."""
-    if not containers or run_code(clean, containers) == core.RUN_KILLED:
+    peak = sample_peak(clean, containers)
+    if peak < 0:
         return None
-    peak = max(c.memory_peak_bytes for c in containers)
     return {"org": org, "job_id": job_id, "run_pk": run_pk, "peak": peak, "now": now}
 
 

@@ -107,6 +107,10 @@ def check_preconditions(current: Override | None, *, if_match: str | None, if_no
             raise PreconditionFailed("an override already exists at this scope")
 
 
+#: tries of a PUT's read-lock-write when concurrent creators and deleters keep winning the race
+_PUT_ATTEMPTS = 32
+
+
 async def put(
     *,
     session: AsyncSession,
@@ -120,8 +124,13 @@ async def put(
 
     The read-check-write is atomic: the row is locked before its ETag is checked, so of any
     number of concurrent writers carrying the same ``If-Match`` exactly one succeeds and the
-    others get 412; a concurrent DELETE is seen as "no override" (412 with ``If-Match``)."""
-    for attempt in range(3):
+    others get 412; a concurrent DELETE is seen as "no override" (412 with ``If-Match``).
+
+    An insert that loses to a concurrent creator is tried again as a replace; a concurrent DELETE
+    can undo that creation, so under a burst of racing writers an attempt can lose more than once.
+    Each loss means another writer's change was committed, so the attempts are bounded by
+    ``_PUT_ATTEMPTS``, not by a timer."""
+    for attempt in range(_PUT_ATTEMPTS):
         current = await get(session=session, key=key, for_update=True)
         check_preconditions(current, if_match=if_match, if_none_match=if_none_match)
         now = utcnow()
@@ -143,7 +152,7 @@ async def put(
                 await session.flush()
             except IntegrityError:  # a concurrent PUT created it first: replace instead
                 await session.rollback()
-                if attempt == 2:
+                if attempt == _PUT_ATTEMPTS - 1:
                     raise
                 continue
             return created, True

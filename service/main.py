@@ -39,6 +39,7 @@ from service.settings import Settings, get_settings, is_loopback
 from service.sizing import ceilings
 from service.sizing.fastpath import CachedSizing
 from service.sizing.service import Policy
+from service.sizing.state import StateRepair
 from service.ui.routes import router as ui_router
 
 log = logging.getLogger("ci_sizer")
@@ -170,6 +171,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
             asyncio.create_task(_periodic(DATABASE_CHECK_SECONDS, lambda: check_database(engine))),
         ]
+        if not settings.is_sqlite:  # every job's build-path state rebuilt where missing, then as reads find them
+            repair: StateRepair = app.state.state_repair
+            tasks.append(
+                asyncio.create_task(
+                    _periodic(STATE_REPAIR_SECONDS, lambda: repair.run_once(write_engine), at_start=True)
+                )
+            )
         if not settings.is_sqlite:
             app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
             tasks.append(asyncio.create_task(app.state.change_feed.run()))
@@ -221,6 +229,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # a job under a steady stream of runs is summarised at most every 30 s (the jobs list, not the build path)
     app.state.summaries = SummaryRefresher(min_interval=max(settings.jobs_summary_seconds, SUMMARY_MIN_INTERVAL))
     app.state.job_ids = JobIds()
+    app.state.state_repair = StateRepair()
     app.state.ceilings = ceilings.load(settings.runner_ceilings_file)
     # on SQLite no change feed reaches other workers: with several, answers are fresh for a short TTL
     shared_sqlite = settings.is_sqlite and settings.workers > 1
@@ -258,6 +267,9 @@ def lean_pool(settings: Settings) -> Pool:
 
 #: seconds between two summaries of one job that keeps getting runs (jobs/summaries.SummaryRefresher)
 SUMMARY_MIN_INTERVAL = 30.0
+
+#: seconds between two repairs of the build-path states that reads found invalid (sizing/state.py)
+STATE_REPAIR_SECONDS = 1.0
 
 #: seconds between the checks that keep ``ci_sizer_database_ready`` current without a probe
 DATABASE_CHECK_SECONDS = 10.0

@@ -144,6 +144,26 @@ class FleetPrior(SQLModel, table=True):
     updated_at: datetime = SQLField(default_factory=utcnow, sa_column=Column(DateTime(), nullable=False))
 
 
+class JobState(SQLModel, table=True):
+    """One job's build-path state (PostgreSQL; ``sizing/state.py``): counts over its stored runs, kept
+    by every write of them so that the build path never scans a job's runs. ``clean_runs`` NULL marks
+    a row to rebuild from the runs."""
+
+    __tablename__ = "job_state"
+
+    job_id: int = SQLField(sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True))
+    #: one more with every write of the row
+    version: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    #: the stored clean runs (rule S4)
+    clean_runs: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    #: the stored runs that are samples of the efficient policy (rule E1)
+    samples: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    #: the newest run that reported its node's memory (rule S15), by (finished_at, id)
+    node_memory_bytes: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+    node_memory_at: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
+    node_memory_run: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
+
+
 class JobSummary(SQLModel, table=True):
     """What the jobs list shows of one job, kept by ``services.jobs`` off the request path: its
     answer (the sizing service's, default parameters), what its newest run ran with, its runs and

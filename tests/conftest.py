@@ -28,7 +28,7 @@ from service.settings import Settings
 
 from .pg import PostgresServer, acquire
 
-TABLES = ("fleet_priors", "run_containers", "runs", "jobs", "overrides")
+TABLES = ("fleet_priors", "job_state", "run_containers", "runs", "jobs", "overrides")
 REQUIRE_POSTGRES = os.environ.get("CI_SIZER_REQUIRE_POSTGRES", "") not in ("", "0")
 
 

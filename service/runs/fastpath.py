@@ -45,6 +45,7 @@ from service.runs import bodies
 from service.runs import service as runs_service
 from service.runs.schemas import RunCreate
 from service.sizing import priors
+from service.sizing import state as job_state
 from service.wire import STAT_NAMES, utcnow
 
 PATH = "/api/v1/runs"
@@ -52,10 +53,11 @@ log = logging.getLogger("ci_sizer.runs")
 _FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed)
 
 # $1-$4 the job's key, $5 now (created_at, ingested_at), $6-$12 the run, $13-$24 and $27-$28 its
-# containers as arrays, $25-$26 the notification, $29 the run's peak for the first-run prior (-1: none). A job created here by a concurrent request after this
-# statement's snapshot gives no job id (the insert does nothing on the unique key): the caller
-# runs the statement again, which sees it.
-STATEMENT = """
+# containers as arrays, $25-$26 the notification, $29 the run's peak for the first-run prior (-1: none,
+# the run is no sample). A job created here by a concurrent request after this statement's snapshot
+# gives no job id (the insert does nothing on the unique key): the caller runs the statement again,
+# which sees it.
+STATEMENT = f"""
 WITH found AS (
     SELECT id FROM jobs WHERE org = $1::varchar AND repo = $2::varchar AND workflow = $3::varchar AND job = $4::varchar
 ),
@@ -84,19 +86,40 @@ stored AS (
             $27::bigint[], $28::boolean[]) AS c
     RETURNING 1
 ),
+state AS (
+    -- the job's build-path state (sizing/state.py): the run counted in; a job created here gets its
+    -- row with this run, a job that had none an invalid row (rebuilt from its runs later)
+    INSERT INTO job_state AS s ({job_state.COLUMNS})
+    SELECT job.id, 1,
+        CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $11::boolean THEN 1 ELSE 0 END END,
+        CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $29::bigint >= 0 THEN 1 ELSE 0 END END,
+        $9::bigint, CASE WHEN $9::bigint IS NOT NULL THEN $8::timestamp END,
+        CASE WHEN $9::bigint IS NOT NULL THEN run.id END
+    FROM job, run
+    {job_state.upsert_sql(clean="$11::boolean", sample="$29::bigint >= 0", node_memory="$9::bigint", finished_at="$8::timestamp")}
+    RETURNING s.samples
+),
 notified AS (SELECT pg_notify($25::text, $26::text) FROM run),
+first_sample AS (
+    -- rule E6: the run is its job's first stored sample (E1); counted by the job's state, or (an
+    -- invalid state) no other stored run is one
+    SELECT CASE WHEN (SELECT samples FROM state) IS NOT NULL THEN (SELECT samples FROM state) = 1
+        ELSE NOT EXISTS (
+            SELECT 1 FROM runs AS r
+            WHERE r.job_id = (SELECT id FROM job) AND r.id <> (SELECT id FROM run) AND {job_state.SAMPLE_SQL})
+        END AS first
+),
 prior AS (
-    -- rule E6 (sizing/priors.py): the org's first-run prior, for a stored run that was not killed
-    -- ($29 >= 0, its highest container peak): one more sampled job unless the job had a sample, the higher peak
+    -- rule E6 (sizing/priors.py): the org's first-run prior, for a stored run that was not killed ($29 >= 0,
+    -- its highest container peak): one more sampled job for the job's first sample, the higher peak.
+    -- Written only when one of them changes (most runs change neither), after the job's state (the
+    -- lock order of the route's ingest)
     INSERT INTO fleet_priors (org, sampled_jobs, peak_bytes, updated_at)
-    SELECT $1::varchar, 1, $29::bigint, $5::timestamp FROM run WHERE $29::bigint >= 0
+    SELECT $1::varchar, 1, $29::bigint, $5::timestamp FROM (SELECT 1 FROM state LIMIT 1) AS after_state
+    WHERE $29::bigint >= 0 AND ((SELECT first FROM first_sample) OR NOT EXISTS (
+        SELECT 1 FROM fleet_priors p WHERE p.org = $1::varchar AND p.peak_bytes >= $29::bigint))
     ON CONFLICT (org) DO UPDATE SET
-        sampled_jobs = fleet_priors.sampled_jobs + CASE WHEN EXISTS (
-            SELECT 1 FROM runs r
-            WHERE r.job_id = (SELECT id FROM job) AND r.id <> (SELECT id FROM run) AND (r.clean OR NOT EXISTS (
-                SELECT 1 FROM run_containers c WHERE c.run_pk = r.id AND (c.oom_killed OR c.oom_kill_events > 0
-                    OR (c.memory_limit_bytes IS NOT NULL AND c.memory_peak_bytes > c.memory_limit_bytes))))
-        ) THEN 0 ELSE 1 END,
+        sampled_jobs = fleet_priors.sampled_jobs + CASE WHEN (SELECT first FROM first_sample) THEN 1 ELSE 0 END,
         peak_bytes = greatest(fleet_priors.peak_bytes, EXCLUDED.peak_bytes),
         updated_at = EXCLUDED.updated_at
     RETURNING 1

@@ -18,6 +18,7 @@ from service.cache import AnswerCache
 from service.db import unit_of_work
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS, RETENTION_BACKLOG, RETENTION_PRUNED
+from service.sizing import state as job_state
 from service.tables import Job, Run
 
 log = logging.getLogger("ci_sizer.retention")
@@ -39,7 +40,10 @@ async def prune_job(*, session: AsyncSession, job_id: int, keep: int, limit: int
         .limit(limit)
     )
     result = await session.execute(delete(_runs).where(_runs.c.id.in_(doomed)))
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    gone = int(result.rowcount)  # type: ignore[attr-defined]
+    if gone:  # the job's build-path state (PostgreSQL) no longer holds the pruned runs
+        await job_state.rebuild(conn=await session.connection(), job_ids=[job_id])
+    return gone
 
 
 async def over_limit(*, session: AsyncSession, keep: int) -> dict[int, ScopeKey]:

@@ -21,6 +21,7 @@ from service.errors import Conflict
 from service.observability.metrics import CORE_DURATION
 from service.runs.schemas import ContainerCreate, CpuStatsPublic, RunContainerPublic, RunCreate, RunPublic
 from service.sizing import priors
+from service.sizing import state as job_state
 from service.tables import Job, Run, RunContainer
 from service.wire import STAT_NAMES, to_rfc3339, utcnow
 
@@ -259,6 +260,8 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun, job_ids: Jo
     containers = [{"run_pk": run_pk, **row} for row in prepared.containers]
     await conn.execute(_NEW_CONTAINERS, containers)
     rows: list[Any] = [SimpleNamespace(**c) for c in containers]
+    # the job's build-path state (PostgreSQL), before the org's prior: the fast path's lock order
+    await job_state.rebuild(conn=conn, job_ids=[job_id])
     await priors.record(conn=conn, org=body.org, job_id=job_id, run_pk=run_pk, clean=prepared.clean, containers=rows)
     run = SimpleNamespace(**values, id=run_pk)
     return Ingested(run_public(body, run, rows, "created"), job_id)

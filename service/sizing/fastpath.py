@@ -39,6 +39,7 @@ from service.sizing import formats, pgread
 from service.sizing import service as sizing_service
 from service.sizing.params import BUFFER, DEFAULT, RUNS, SizingParams
 from service.sizing.service import Policy, Recommendation
+from service.sizing.state import StateRepair
 from service.wire import STAT_NAMES
 
 PREFIX = "/api/v1/sizing/"
@@ -175,7 +176,9 @@ class CachedSizing:
         policy = Policy.of(settings, state.ceilings)
         ticket = self.cache.ticket(key)
         try:
-            rec = await within(settings.sizing_deadline_ms / 1000, _read(pool, key, params.key, policy))
+            rec = await within(
+                settings.sizing_deadline_ms / 1000, _read(pool, key, params.key, policy, state.state_repair)
+            )
         except _FAULTS as exc:
             SIZING_CACHE.labels(result="miss").inc()
             DEGRADED_ANSWERS.inc()
@@ -204,6 +207,8 @@ class CachedSizing:
         return (*formats.render(params.output, rec.answer, params.mapping), False)
 
 
-async def _read(pool: Pool, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation | None:
+async def _read(
+    pool: Pool, key: ScopeKey, params: SizingParams, policy: Policy, repair: StateRepair
+) -> Recommendation | None:
     async with pool.acquire() as conn:
-        return await pgread.recommend(conn=conn, key=key, params=params, policy=policy)
+        return await pgread.recommend(conn=conn, key=key, params=params, policy=policy, repair=repair)

@@ -2,7 +2,8 @@
 
 The same history and overrides as ``history.load_history`` and ``overrides.service.applicable``
 (three statements through SQLAlchemy), in one round trip and without SQLAlchemy's per-statement
-work: the job's summary (id, clean runs, newest node memory), the window of runs with their
+work: the job's summary (id; its clean runs and newest node memory from its build-path state,
+``sizing/state.py``, so that no statement counts its runs), the window of runs with their
 containers (rule S3: from the oldest of the newest ``max(runs, 3)`` clean runs on, or every run when
 none is clean) and the overrides that bear on the job (O2), as one result. The answer is computed by
 the same ``sizing.service.compute`` (the core's ``size_run``), so the policy has one home.
@@ -27,17 +28,22 @@ from service.overrides.service import PinRow, is_expired
 from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun
 from service.sizing.params import SizingParams
 from service.sizing.service import Policy, Recommendation, choose, compute
+from service.sizing.state import StateRepair
 from service.wire import utcnow
 
 # $1-$4 the job's key, $5 how many clean runs the window reaches back to
 STATEMENT = """
 WITH j AS (
-    SELECT jobs.id,
-        (SELECT count(*) FROM runs WHERE runs.job_id = jobs.id AND runs.clean) AS clean_samples,
-        (SELECT runs.node_memory_bytes FROM runs
-          WHERE runs.job_id = jobs.id AND runs.node_memory_bytes IS NOT NULL
-          ORDER BY runs.finished_at DESC, runs.id DESC LIMIT 1) AS node_memory_bytes
-    FROM jobs
+    -- the counts from the job's build-path state (sizing/state.py); from its runs when that is
+    -- invalid or missing (the row is then noted for repair: ``stale``)
+    SELECT jobs.id, s.clean_runs IS NULL AS stale,
+        CASE WHEN s.clean_runs IS NOT NULL THEN s.clean_runs
+            ELSE (SELECT count(*) FROM runs WHERE runs.job_id = jobs.id AND runs.clean) END AS clean_samples,
+        CASE WHEN s.clean_runs IS NOT NULL THEN s.node_memory_bytes
+            ELSE (SELECT runs.node_memory_bytes FROM runs
+                  WHERE runs.job_id = jobs.id AND runs.node_memory_bytes IS NOT NULL
+                  ORDER BY runs.finished_at DESC, runs.id DESC LIMIT 1) END AS node_memory_bytes
+    FROM jobs LEFT JOIN job_state AS s ON s.job_id = jobs.id
     WHERE jobs.org = $1 AND jobs.repo = $2 AND jobs.workflow = $3 AND jobs.job = $4
 ),
 newest_clean AS (
@@ -56,7 +62,7 @@ o AS (
         OR (ov.repo = $2 AND ov.workflow = $3 AND ov.job = '')
         OR (ov.repo = $2 AND ov.workflow = $3 AND ov.job = $4))
 )
-SELECT o.pins, j.id AS job_id, j.clean_samples, j.node_memory_bytes,
+SELECT o.pins, j.id AS job_id, j.stale, j.clean_samples, j.node_memory_bytes,
     w.id, w.clean, w.pod_memory_peak_bytes, w.name, w.cpu_peak, w.cpu_p99, w.cpu_p95, w.cpu_p75,
     w.cpu_p50, w.cpu_avg, w.memory_peak_bytes, w.memory_limit_bytes, w.oom_suspect
 FROM o
@@ -143,12 +149,17 @@ class _Stats:
         self.oom_suspect = row["oom_suspect"]
 
 
-async def recommend(*, conn: Any, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation | None:
-    """``sizing.service.recommend`` in one statement on an asyncpg connection; None for a job the
-    ``efficient`` policy sizes (by the setting or an override): its window and first-run prior are
-    read by ``sizing.service.recommend`` on the route."""
+async def recommend(
+    *, conn: Any, key: ScopeKey, params: SizingParams, policy: Policy, repair: StateRepair | None = None
+) -> Recommendation | None:
+    """``sizing.service.recommend`` in one statement on an asyncpg connection (a job whose build-path
+    state is invalid or missing is noted for ``repair``); None for a job the ``efficient`` policy
+    sizes (by the setting or an override): its window and first-run prior are read by
+    ``sizing.service.recommend`` on the route."""
     rows = await conn.fetch(STATEMENT, key.org, key.repo, key.workflow, key.job, max(params.runs, _PHASE_SAMPLES))
     job_id, history, pins = history_of(rows, need_node_memory=policy.max_memory is None)
+    if repair is not None and job_id is not None and rows[0]["stale"]:
+        repair.note(job_id)
     if choose(pins, policy) != "seed":
         return None
     started = time.perf_counter()

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import and_, bindparam, case, exists, func, not_, or_, select
+from sqlalchemy import and_, bindparam, case, exists, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -77,17 +77,21 @@ def _killed_container() -> Any:
     )
 
 
-#: another sample of the same job already stored: this run is not its job's first sample
+#: another sample of the same job already stored: this run is not its job's first sample. The kill
+#: test is a scalar subquery per run (an index probe of its containers): as an EXISTS under the OR,
+#: PostgreSQL planned it as a hash of every killed container in the table, a sequential scan per ingest
+_KILLED_RUN = (
+    select(func.max(case((_killed_container(), 1), else_=0)))
+    .where(_containers.c.run_pk == _runs.c.id)
+    .scalar_subquery()
+)
 _OTHER_SAMPLE = exists(
     select(1)
     .select_from(_runs)
     .where(
         _runs.c.job_id == bindparam("job_id"),
         _runs.c.id != bindparam("run_pk"),
-        or_(
-            _runs.c.clean,
-            not_(exists(select(1).where(_containers.c.run_pk == _runs.c.id, _killed_container()))),
-        ),
+        or_(_runs.c.clean, func.coalesce(_KILLED_RUN, 0) == 0),
     )
 )
 

@@ -104,10 +104,10 @@ def settings_from(args: argparse.Namespace) -> Any:
         raise CliError(f"{where}: {str(err['msg']).removeprefix('Value error, ')}") from None
 
 
-def configure_logging(level: str) -> None:
+def configure_logging(level: str, *, batched: bool = False) -> None:
     from service.observability import logs
 
-    logs.configure(level)
+    logs.configure(level, batched=batched)
 
 
 def first_line(exc: BaseException) -> str:

@@ -37,7 +37,7 @@ def _serve_with(settings: Any) -> None:
     from service.auth import TokensFileError, load_tokens
     from service.main import ExposureError, check_exposure, create_app, redacted
 
-    configure_logging(settings.log_level)
+    configure_logging(settings.log_level, batched=True)  # flushed on a beat by the service
     from service.sizing.ceilings import CeilingsFileError, load
 
     try:

@@ -215,6 +215,14 @@ def _preinitialise() -> None:
 
 _preinitialise()
 
+# label children the build path counts on every request, bound once (``labels()`` costs a few µs)
+CACHE_HIT = SIZING_CACHE.labels(result="hit")
+CACHE_MISS = SIZING_CACHE.labels(result="miss")
+RUNS_CREATED = RUNS_INGESTED.labels(result="created")
+SIX_STATS_DURATION = CORE_DURATION.labels(operation="six_stats")
+SIZE_JOB_DURATION = CORE_DURATION.labels(operation="size_job")
+RECOMMENDED = {(p, s): RECOMMENDATIONS.labels(phase=p, override_scope=s) for p in PHASES for s in OVERRIDE_SCOPES}
+
 
 def set_build_info(core_backend: str) -> None:
     BUILD_INFO.labels(version=__version__, core_backend=core_backend).set(1)

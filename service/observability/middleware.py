@@ -3,11 +3,13 @@ or made and echoed, and one structured log line per request (no headers, no bodi
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -35,14 +37,24 @@ def route_template(scope: Scope) -> str:
 class Observability:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        # the label children by route, method and status class, bound once each
+        self._counts: dict[tuple[str, str, int], Any] = {}
+        self._durations: dict[tuple[str, str], Any] = {}
+        # request ids made here: a random prefix per process and a counter (unique across processes)
+        self._prefix = uuid.uuid4().hex[:16]
+        self._made = itertools.count(1)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        incoming = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
-        request_id = incoming if _REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        incoming = ""
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                incoming = value.decode("latin-1")
+                break
+        request_id = incoming if _REQUEST_ID.fullmatch(incoming) else f"{self._prefix}{next(self._made):016x}"
         scope.setdefault("state", {})["request_id"] = request_id
         status = 500
 
@@ -59,17 +71,34 @@ class Observability:
             duration = time.perf_counter() - start
             route = route_template(scope)
             method = scope["method"]
-            HTTP_REQUESTS.labels(route=route, method=method, status_class=f"{status // 100}xx").inc()
-            HTTP_DURATION.labels(route=route, method=method).observe(duration)
-            access_log.info(
-                "request",
-                extra={
-                    "http": {
-                        "method": method,
-                        "route": route,
-                        "status": status,
-                        "duration_ms": round(duration * 1000, 3),
-                        "request_id": request_id,
-                    }
-                },
+            self._count(route, method, status // 100).inc()
+            self._duration(route, method).observe(duration)
+            if access_log.isEnabledFor(logging.INFO):
+                access_log.info(
+                    "request",
+                    extra={
+                        "http": {
+                            "method": method,
+                            "route": route,
+                            "status": status,
+                            "duration_ms": round(duration * 1000, 3),
+                            "request_id": request_id,
+                        }
+                    },
+                )
+
+    def _count(self, route: str, method: str, status_class: int) -> Any:
+        key = (route, method, status_class)
+        child = self._counts.get(key)
+        if child is None:
+            child = self._counts[key] = HTTP_REQUESTS.labels(
+                route=route, method=method, status_class=f"{status_class}xx"
             )
+        return child
+
+    def _duration(self, route: str, method: str) -> Any:
+        key = (route, method)
+        child = self._durations.get(key)
+        if child is None:
+            child = self._durations[key] = HTTP_DURATION.labels(route=route, method=method)
+        return child

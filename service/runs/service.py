@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from service import core
 from service.errors import Conflict
-from service.observability.metrics import CORE_DURATION
+from service.observability.metrics import SIX_STATS_DURATION
 from service.runs.schemas import ContainerCreate, CpuStatsPublic, RunContainerPublic, RunCreate, RunPublic
 from service.sizing import priors
 from service.sizing import state as job_state
@@ -50,7 +50,7 @@ def reduce_cpu(
     if container.cpu_samples_millicores is not None:
         started = time.perf_counter()
         stats = core.six_stats(array("d", container.cpu_samples_millicores))
-        CORE_DURATION.labels(operation="six_stats").observe(time.perf_counter() - started)
+        SIX_STATS_DURATION.observe(time.perf_counter() - started)
         return stats
     s = container.cpu_stats_millicores
     assert s is not None  # guaranteed by ContainerCreate's validator (rule I1)

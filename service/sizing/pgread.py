@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from service.keys import ScopeKey
-from service.observability.metrics import CORE_DURATION
+from service.observability.metrics import SIZE_JOB_DURATION
 from service.overrides.service import PinRow, is_expired
 from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun
 from service.sizing.params import SizingParams
@@ -164,6 +164,6 @@ async def recommend(
         return None
     started = time.perf_counter()
     computed = compute(key=key, history=history, pins=pins, params=params, policy=policy)
-    CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
+    SIZE_JOB_DURATION.observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
     return Recommendation(answer=computed, job_id=job_id, fresh_until=min(expiries, default=math.inf))

@@ -273,9 +273,12 @@ class ServiceApp(FastAPI):
 def lean_pool(settings: Settings) -> Pool:
     """The build path's asyncpg pool, with the engine's bounds and session settings (no TLS probe on a
     local server, one generic plan per prepared statement)."""
+    # no client-side command_timeout: asyncpg would arm and cancel a timer per statement, and both
+    # fast paths bound each statement with their own deadline; the server's statement_timeout still
+    # ends a statement nobody waits for any more
+    timeout_ms = str(int(settings.database_statement_timeout_seconds * 1000))
     kwargs: dict[str, Any] = {
-        "command_timeout": settings.database_statement_timeout_seconds,
-        "server_settings": {"plan_cache_mode": "force_generic_plan"},
+        "server_settings": {"plan_cache_mode": "force_generic_plan", "statement_timeout": timeout_ms},
     }
     if is_local_postgres(settings.database_url):
         kwargs["ssl"] = False

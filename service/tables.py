@@ -154,6 +154,8 @@ class JobState(SQLModel, table=True):
     job_id: int = SQLField(sa_column=Column(PK, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True))
     #: one more with every write of the row
     version: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    #: the stored runs (retention prunes only jobs over its bound)
+    runs: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     #: the stored clean runs (rule S4)
     clean_runs: int | None = SQLField(default=None, sa_column=Column(BigInteger(), nullable=True))
     #: the stored runs that are samples of the efficient policy (rule E1)

@@ -55,6 +55,8 @@ def name_problem(value: str) -> str | None:
     """Why ``value`` cannot be a name (rule I3), or None: control characters, bidirectional
     control characters, and lone surrogates (what invalid UTF-8 decodes to with
     ``surrogateescape``, and what a JSON ``\\udc80`` escape gives) are refused."""
+    if value.isascii() and value.isprintable():  # the common case, in C: none of those can be in it
+        return None
     for ch in value:
         if ch in BIDI_CONTROLS:
             return "must not contain bidirectional control characters"

@@ -1,8 +1,8 @@
 """Each job's build-path state (issue 20): counts over its stored runs, kept by every write of
 them on PostgreSQL, so that neither a build's GET nor a run's POST scans the job's runs.
 
-``job_state``: the job's clean runs (NULL: the row must be rebuilt from the runs), its runs that are
-samples of the efficient policy, and its newest reported node memory (``service/sizing/state.py``).
+``job_state``: the job's runs and clean runs (NULL: the row must be rebuilt from the runs), its runs
+that are samples of the efficient policy, and its newest reported node memory (``service/sizing/state.py``).
 The table starts empty: the service rebuilds every job's row from its stored runs in the background
 at start, and counts the runs themselves until then.
 
@@ -29,6 +29,7 @@ def upgrade() -> None:
         "job_state",
         sa.Column("job_id", PK, nullable=False),
         sa.Column("version", sa.BigInteger(), nullable=False),
+        sa.Column("runs", sa.BigInteger(), nullable=True),
         sa.Column("clean_runs", sa.BigInteger(), nullable=True),
         sa.Column("samples", sa.BigInteger(), nullable=True),
         sa.Column("node_memory_bytes", sa.BigInteger(), nullable=True),

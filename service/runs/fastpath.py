@@ -91,7 +91,7 @@ state AS (
     -- the job's build-path state (sizing/state.py): the run counted in; a job created here gets its
     -- row with this run, a job that had none an invalid row (rebuilt from its runs later)
     INSERT INTO job_state AS s ({job_state.COLUMNS})
-    SELECT job.id, 1,
+    SELECT job.id, 1, CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN 1 END,
         CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $11::boolean THEN 1 ELSE 0 END END,
         CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $29::bigint >= 0 THEN 1 ELSE 0 END END,
         $9::bigint, CASE WHEN $9::bigint IS NOT NULL THEN $8::timestamp END,
@@ -263,8 +263,9 @@ class FastRuns:
         if not prepared.clean:
             OOM_SUSPECT_RUNS.inc()
         values = {"run_id": body.run_id, "finished_at": body.finished_at, "clean": prepared.clean}
-        run = runs_service.run_public(body, _Row(values), [_Row(c) for c in prepared.containers], "created")
-        content = orjson.dumps(run.model_dump(mode="json"))
+        content = orjson.dumps(
+            runs_service.run_document(body, _Row(values), [_Row(c) for c in prepared.containers], "created")
+        )
         await send(
             {
                 "type": "http.response.start",
@@ -277,7 +278,7 @@ class FastRuns:
 
 
 class _Row:
-    """A mapping's items as attributes (what ``run_public`` reads)."""
+    """A mapping's items as attributes (what ``run_document`` reads)."""
 
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)

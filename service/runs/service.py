@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from service import core
 from service.errors import Conflict
 from service.observability.metrics import SIX_STATS_DURATION
-from service.runs.schemas import ContainerCreate, CpuStatsPublic, RunContainerPublic, RunCreate, RunPublic
+from service.runs.schemas import ContainerCreate, RunCreate, RunPublic
 from service.sizing import priors
 from service.sizing import state as job_state
 from service.tables import Job, Run, RunContainer
@@ -134,28 +134,35 @@ def prepare(body: RunCreate) -> PreparedRun:
     return PreparedRun(body=body, containers=containers, clean=clean, content_hash=digest)
 
 
-def run_public(body: RunCreate, run: Any, containers: list[Any], result: Result) -> RunPublic:
-    """``run`` and ``containers``: rows or models with the Run and RunContainer columns."""
-    return RunPublic(
-        org=body.org,
-        repo=body.repo,
-        workflow=body.workflow,
-        job=body.job,
-        run_id=run.run_id,
-        finished_at=to_rfc3339(run.finished_at) or "",
-        result=result,
-        clean=run.clean,
-        oom_suspect_containers=[c.name for c in containers if c.oom_suspect],
-        containers=[
-            RunContainerPublic(
-                name=c.name,
-                cpu_stats_millicores=CpuStatsPublic(**{k: getattr(c, f"cpu_{k}") for k in STAT_NAMES}),
-                memory_peak_bytes=c.memory_peak_bytes,
-                oom_suspect=c.oom_suspect,
-            )
+def run_document(body: RunCreate, run: Any, containers: list[Any], result: Result) -> dict[str, Any]:
+    """The run as answered (``RunPublic``'s fields, in its order) as plain values: the route
+    validates it into the model, the one-statement POST writes it as JSON as it is. ``run`` and
+    ``containers``: rows or models with the Run and RunContainer columns."""
+    return {
+        "org": body.org,
+        "repo": body.repo,
+        "workflow": body.workflow,
+        "job": body.job,
+        "run_id": run.run_id,
+        "finished_at": to_rfc3339(run.finished_at) or "",
+        "result": result,
+        "clean": run.clean,
+        "oom_suspect_containers": [c.name for c in containers if c.oom_suspect],
+        "containers": [
+            {
+                "name": c.name,
+                "cpu_stats_millicores": {k: getattr(c, f"cpu_{k}") for k in STAT_NAMES},
+                "memory_peak_bytes": c.memory_peak_bytes,
+                "oom_suspect": c.oom_suspect,
+            }
             for c in containers
         ],
-    )
+    }
+
+
+def run_public(body: RunCreate, run: Any, containers: list[Any], result: Result) -> RunPublic:
+    """``run_document`` as the model."""
+    return RunPublic.model_validate(run_document(body, run, containers, result))
 
 
 # The write path of one run, in Core statements built once: no ORM unit of work. Jobs are never

@@ -63,7 +63,25 @@ class Params(NamedTuple):
     mapping: formats.Mapping | None
 
 
+#: the queries parsed so far (builds ask with a handful of them), bounded
+_PARSED: dict[bytes, Params | None] = {}
+_PARSED_MAX = 1024
+
+
 def _params(query: bytes) -> Params | None:
+    """``_parse(query)``, remembered."""
+    try:
+        return _PARSED[query]
+    except KeyError:
+        pass
+    found = _parse(query)
+    if len(_PARSED) >= _PARSED_MAX:
+        _PARSED.clear()
+    _PARSED[query] = found
+    return found
+
+
+def _parse(query: bytes) -> Params | None:
     """The sizing parameters if the query string is in a form the route reads the same way;
     ``None`` for anything else (the route will judge it)."""
     runs, buffer, percentile, output, containers = DEFAULT.runs, DEFAULT.buffer, DEFAULT.cpu_percentile, "json", ""
@@ -109,6 +127,7 @@ class CachedSizing:
         #: the app's state: on PostgreSQL its ``pgpool`` (set by the lifespan) answers misses here too
         self.state = state
         self.route = RouteLabel(ROUTE)  #: for the request metrics' and logs' route label
+        self._policy: Policy | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
@@ -174,7 +193,9 @@ class CachedSizing:
         answers it. None when the job is sized by the ``efficient`` policy: the route answers it."""
         state = self.state
         settings = state.settings
-        policy = Policy.of(settings, state.ceilings)
+        policy = self._policy
+        if policy is None:  # the settings and ceilings are the app's for its life
+            policy = self._policy = Policy.of(settings, state.ceilings)
         ticket = self.cache.ticket(key)
         try:
             # the deadline inline, not ``db.within``'s task: on the lean pool a cancelled read gives up

@@ -4,6 +4,7 @@ so that neither a build's GET nor a run's POST scans the job's runs for them.
 
 A row holds, over the job's stored runs:
 
+- ``runs``: how many there are (retention prunes only the jobs over its bound);
 - ``clean_runs``: how many are clean (rule S4's ``clean_samples``); NULL marks the row **invalid**
   (rebuild it from the runs; until then its readers count the runs themselves);
 - ``samples``: how many are samples of the efficient policy (rule E1: no container killed), so that a
@@ -48,7 +49,7 @@ SAMPLE_SQL = (
 )
 
 #: columns of the POST's upsert (``runs/fastpath.py``), in this order
-COLUMNS = "job_id, version, clean_runs, samples, node_memory_bytes, node_memory_at, node_memory_run"
+COLUMNS = "job_id, version, runs, clean_runs, samples, node_memory_bytes, node_memory_at, node_memory_run"
 
 
 def upsert_sql(*, clean: str, sample: str, node_memory: str, finished_at: str) -> str:
@@ -60,6 +61,7 @@ def upsert_sql(*, clean: str, sample: str, node_memory: str, finished_at: str) -
     )
     return f"""ON CONFLICT (job_id) DO UPDATE SET
         version = s.version + 1,
+        runs = s.runs + 1,
         clean_runs = s.clean_runs + CASE WHEN {clean} THEN 1 ELSE 0 END,
         samples = s.samples + CASE WHEN {sample} THEN 1 ELSE 0 END,
         node_memory_bytes = CASE WHEN {newer} THEN {node_memory} ELSE s.node_memory_bytes END,
@@ -78,10 +80,11 @@ _LOCK = [
     text("SELECT job_id FROM job_state WHERE job_id = ANY(CAST(:ids AS bigint[])) ORDER BY job_id FOR UPDATE"),
 ]
 _REBUILD = text(f"""
-UPDATE job_state AS s SET version = s.version + 1, clean_runs = x.clean_runs, samples = x.samples,
+UPDATE job_state AS s SET version = s.version + 1, runs = x.runs, clean_runs = x.clean_runs, samples = x.samples,
     node_memory_bytes = x.node_memory_bytes, node_memory_at = x.node_memory_at, node_memory_run = x.node_memory_run
 FROM (
     SELECT j.id,
+        (SELECT count(*) FROM runs AS r WHERE r.job_id = j.id) AS runs,
         (SELECT count(*) FROM runs AS r WHERE r.job_id = j.id AND r.clean) AS clean_runs,
         (SELECT count(*) FROM runs AS r WHERE r.job_id = j.id AND {SAMPLE_SQL}) AS samples,
         nm.node_memory_bytes, nm.finished_at AS node_memory_at, nm.id AS node_memory_run
@@ -106,6 +109,20 @@ async def rebuild(*, conn: AsyncConnection, job_ids: list[int]) -> None:
     for statement in _LOCK:
         await conn.execute(statement, params)
     await conn.execute(_REBUILD, params)
+
+
+_OVER = text(
+    "SELECT j.id FROM jobs AS j LEFT JOIN job_state AS s ON s.job_id = j.id "
+    "WHERE j.id = ANY(CAST(:ids AS bigint[])) AND (s.clean_runs IS NULL OR s.runs > :keep)"
+)
+
+
+async def over(*, conn: AsyncConnection, job_ids: list[int], keep: int) -> list[int] | None:
+    """Which of these jobs may hold more than ``keep`` runs (PostgreSQL: by their rows, a job whose
+    row is invalid or missing included); None on SQLite, where no row is kept."""
+    if conn.dialect.name != "postgresql":
+        return None
+    return [row[0] for row in await conn.execute(_OVER, {"ids": job_ids, "keep": keep})]
 
 
 _INVALID = text(

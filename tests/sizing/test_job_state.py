@@ -23,9 +23,7 @@ from service.sizing import state
 
 from ..helpers import GIB, JOB, MIB, T0, container, run, sizing
 
-STATE = (
-    "SELECT clean_runs, samples, node_memory_bytes, node_memory_at, node_memory_run FROM job_state WHERE job_id = $1"
-)
+STATE = "SELECT runs, clean_runs, samples, node_memory_bytes, node_memory_at, node_memory_run FROM job_state WHERE job_id = $1"
 
 
 @pytest.fixture
@@ -108,6 +106,7 @@ async def test_the_posts_merge_equals_a_rebuild_from_the_runs(
         assert dict(kept) == dict(fresh)
         # rule S4 as the route counts it, and the answer's clean_samples
         assert kept["clean_runs"] == await pg.fetchval("SELECT count(*) FROM runs WHERE job_id = $1 AND clean", jid)
+        assert kept["runs"] == len(runs)
         assert (await sizing(client))["meta"]["clean_samples"] == kept["clean_runs"]
 
 
@@ -153,7 +152,7 @@ async def test_the_routes_batch_and_retention_rebuild_the_state(make_client: Any
             await asyncio.sleep(0.05)
         assert await pruned()
         row = await pg.fetchrow(STATE, jid)
-        assert row["clean_runs"] == 3  # the three pruned runs no longer count (S4 after retention)
+        assert row["runs"] == row["clean_runs"] == 3  # the three pruned runs no longer count (S4 after retention)
         assert row["node_memory_bytes"] == 13 * GIB  # the newest run's node (S15)
         assert (await sizing(client))["meta"]["clean_samples"] == 3
 
@@ -219,3 +218,20 @@ async def test_the_prior_counts_a_jobs_first_sample_once_and_is_not_rewritten_fo
     assert (await client.post("/api/v1/runs", json=run(1, container(mem=100 * MIB), job=other))).status_code == 201
     assert (await pg.fetchrow(prior, JOB["org"]))["sampled_jobs"] == 2
     assert await pg.fetchval("SELECT samples FROM job_state WHERE job_id = $1", await job_id(pg)) == 3
+
+
+async def test_retention_looks_only_at_jobs_over_the_bound(make_client: Any, pg: asyncpg.Connection) -> None:
+    # a job under the bound costs retention no statement of its own; one over it is pruned
+    async with make_client(retention_runs=3, retention_interval_seconds=3600) as client:
+        small, big = {**JOB, "job": "small"}, {**JOB, "job": "big"}
+        for n in range(2):
+            assert (await client.post("/api/v1/runs", json=run(n, job=small))).status_code == 201
+        for n in range(5):
+            assert (await client.post("/api/v1/runs", json=run(n, job=big))).status_code == 201
+        pruner = client.app.state.pruner  # type: ignore[attr-defined]
+        assert set(pruner.pending) == {await job_id(pg, small), await job_id(pg, big)}
+        over = await pruner._over_limit(client.app.state.write_sessionmaker, dict(pruner.pending))  # type: ignore[attr-defined]
+        assert set(over) == {await job_id(pg, big)}
+        assert await pruner.run_once(client.app.state.write_sessionmaker, client.app.state.answers) == 2  # type: ignore[attr-defined]
+        assert await pg.fetchval("SELECT runs FROM job_state WHERE job_id = $1", await job_id(pg, big)) == 3
+        assert await pg.fetchval("SELECT runs FROM job_state WHERE job_id = $1", await job_id(pg, small)) == 2

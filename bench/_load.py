@@ -128,6 +128,13 @@ async def load(url: str, *, jobs: int, runs_per_job: int, containers: int = 2, s
             print(f"  loaded {done * runs_per_job:,} / {jobs * runs_per_job:,} runs", end="\r", flush=True)
         for table in ("jobs", "runs", "run_containers"):
             await conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT max(id) FROM {table}))")
+    finally:
+        await conn.close()
+    # each job's build-path state, as the service keeps it for runs it stored (COPY bypasses it): the
+    # service's own repair, which a server would otherwise run in the background at its start
+    await build_states(url)
+    conn = await asyncpg.connect(_plain(url))
+    try:
         # as autovacuum leaves a table in steady state: statistics, and a visibility map so that
         # index-only scans do not visit the heap
         await conn.execute("VACUUM ANALYZE")
@@ -135,6 +142,18 @@ async def load(url: str, *, jobs: int, runs_per_job: int, containers: int = 2, s
         await conn.close()
     print()
     return time.perf_counter() - started
+
+
+async def build_states(url: str) -> int:
+    """Every job's build-path state rebuilt from its runs (``service.sizing.state.StateRepair``)."""
+    from service.db import build_engine
+    from service.sizing.state import StateRepair
+
+    engine = build_engine(make_url(url).set(drivername="postgresql+asyncpg").render_as_string(hide_password=False))
+    try:
+        return await StateRepair().scan(engine)
+    finally:
+        await engine.dispose()
 
 
 def run(coro: Any) -> Any:

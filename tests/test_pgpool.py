@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 import pytest
@@ -200,3 +201,21 @@ async def test_database_down_fails_fast_and_recovers() -> None:
             await pool.fetchval("SELECT 1")
     assert pool.free == 1
     await pool.close()
+
+
+async def test_warm_opens_every_connection_and_primes_each(pool: Pool) -> None:
+    primed: list[int] = []
+
+    async def prime(conn: Any) -> None:
+        primed.append(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    assert await pool.warm(prime) == pool.size
+    assert pool.opened == pool.size
+    assert len(set(primed)) == pool.size  # one connection each
+
+
+async def test_warm_with_the_database_down_opens_nothing_and_does_not_fail() -> None:
+    async with Pool("postgresql://nobody@127.0.0.1:1/x", size=2, acquire_timeout=1) as down:
+        assert await down.warm() == 0
+        assert down.opened == 0
+        assert down.free == 2  # the slots stay, to be opened later

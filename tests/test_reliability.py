@@ -198,6 +198,9 @@ async def test_retention_deletes_more_runs_than_one_statement_can_name(make_clie
                 bulk=BULK,
             )
         assert await count_rows(db_url, "runs") == BULK + 1
+        # runs written by hand bypass the job's build-path state (PostgreSQL): marked as the docs say
+        # (docs/performance.md), its runs are counted again before pruning and the row is rebuilt
+        await _sql(db_url, "UPDATE job_state SET clean_runs = NULL")
         await post_runs(client, run(2))  # ingest notes the job for pruning
         await wait_for_rows(db_url, "runs", 5)
         kept = sorted(r[0] for r in await _sql(db_url, "SELECT run_id FROM runs"))

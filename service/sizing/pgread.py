@@ -167,3 +167,9 @@ async def recommend(
     SIZE_JOB_DURATION.observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
     return Recommendation(answer=computed, job_id=job_id, fresh_until=min(expiries, default=math.inf))
+
+
+async def prime(conn: Any) -> None:
+    """Plan STATEMENT on a new connection (asyncpg keeps it planned per connection) by running it for
+    a job that cannot exist (names are never empty, rule I3)."""
+    await conn.fetch(STATEMENT, "", "", "", "", _PHASE_SAMPLES)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 TITLES = {
     "mixed": "Headline: the build path as runners use it, half POST runs and half GET sizing (bench/mixed.py)",
+    "mixed-workers": "Scaling: the same mix with 2 uvicorn workers, both apps (bench/mixed.py --workers 2)",
+    "mixed-replicas": "Scaling: the same mix on 2 replicas sharing one PostgreSQL, both apps (bench/mixed.py --replicas 2)",
     "core": "Core: six stats and per-container arithmetic (bench/core.py)",
     "http": "HTTP: GET sizing on a warm answer cache (every job asked before) vs a bare FastAPI app (bench/http.py)",
     "history": "History size: 1,000 vs 1,000,000 stored runs (bench/history.py)",
@@ -21,7 +23,20 @@ TITLES = {
     "ui-sqlite": "Operator's page and GET /api/v1/jobs at 10,000 jobs on SQLite (bench/ui.py --sqlite)",
     "pgpool": "Connection pool: service.pgpool (no reset on release) vs asyncpg's Pool (bench/pgpool.py)",
 }
-ORDER = ["mixed", "core", "http", "history", "ingest", "pgpool", "placement", "backtest", "ui", "ui-sqlite"]
+ORDER = [
+    "mixed",
+    "mixed-workers",
+    "mixed-replicas",
+    "core",
+    "http",
+    "history",
+    "ingest",
+    "pgpool",
+    "placement",
+    "backtest",
+    "ui",
+    "ui-sqlite",
+]
 
 
 def table(rows: list[dict[str, object]]) -> list[str]:

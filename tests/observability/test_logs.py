@@ -7,12 +7,15 @@ from __future__ import annotations
 import io
 import logging
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import orjson
+from hypothesis import given
+from hypothesis import strategies as st
 
-from service.observability.logs import BATCH_BYTES, BatchedLineHandler, JsonFormatter
+from service.observability.logs import BATCH_BYTES, BatchedLineHandler, JsonFormatter, direct, json_line, timestamp
 
 from ..live import LiveServer
 
@@ -88,3 +91,44 @@ def test_a_served_requests_access_line_reaches_stderr_on_its_own(tmp_path: Path)
                     if record["http"]["route"] == "/api/v1/sizing/{org}/{repo}/{workflow}/{job}":  # type: ignore[index]
                         found.append(record)
         assert found, log.read_text()
+
+
+def test_a_direct_access_line_is_the_line_logging_writes() -> None:
+    # the service's own configuration: the access line built without a record (middleware) is the
+    # same JSON, key for key and in the same order, as the record's through JsonFormatter
+    stream = Writes()
+    logger, handler = _logger(stream)
+    http = {"method": "GET", "route": "/api/v1/sizing/{org}/{repo}/{workflow}/{job}", "status": 200, "duration_ms": 0.5}
+    assert direct(logger) is handler
+    handler.write(json_line(time.time(), "info", logger.name, "request", {"http": http}) + "\n")
+    logger.info("request", extra={"http": http})
+    handler.flush()
+    built, logged = (orjson.loads(line) for line in stream.getvalue().splitlines())
+    assert list(built) == list(logged) == ["ts", "level", "logger", "message", "http"]
+    built.pop("ts")
+    logged.pop("ts")
+    assert built == logged
+
+
+def test_direct_lines_only_where_logging_would_write_them_alone() -> None:
+    stream = Writes()
+    logger, handler = _logger(stream)
+    assert direct(logger) is handler
+    logger.setLevel(logging.WARNING)
+    assert direct(logger) is None  # info is off
+    logger.setLevel(logging.INFO)
+    other = logging.StreamHandler(io.StringIO())
+    logger.addHandler(other)
+    assert direct(logger) is None  # another handler (a test's capture) sees every record
+    logger.removeHandler(other)
+    logger.addFilter(lambda record: True)
+    assert direct(logger) is None  # a filter sees every record
+
+
+@given(
+    st.floats(min_value=0, max_value=4e9, allow_nan=False) | st.integers(0, 4_000_000_000).map(lambda s: s + 0.9999995)
+)
+def test_the_kept_second_gives_the_timestamp_datetime_gives(created: float) -> None:
+    assert timestamp(created) == datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z"
+    )

@@ -80,3 +80,30 @@ def save(results: str | None, name: str, rows: list[dict[str, Any]], notes: list
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
+
+
+def _stats() -> list[tuple[int, int, str, float]]:
+    """(pid, parent pid, name, CPU seconds used) of every process (Linux ``/proc``; empty elsewhere)."""
+    found: list[tuple[int, int, str, float]] = []
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in Path("/proc").glob("[0-9]*/stat") if Path("/proc").is_dir() else []:
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        found.append((int(entry.parent.name), int(fields[1]), name, (int(fields[11]) + int(fields[12])) / tick))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> tuple[float, float]:
+    """CPU seconds used so far by these processes with their children (uvicorn's workers), and by
+    PostgreSQL's processes (the server and its backends)."""
+    stats = _stats()
+    mine = set(pids)
+    mine |= {pid for pid, parent, _, _ in stats if parent in mine}
+    return (
+        sum(cpu for pid, _, _, cpu in stats if pid in mine),
+        sum(cpu for _, _, name, cpu in stats if name == "postgres"),
+    )

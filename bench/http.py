@@ -141,11 +141,10 @@ def rounds(
                 f"  round {r + 1} {name:<16} {fig['rps']:>8.0f} req/s  p50 {fig['p50_ms']:.2f} ms  p99 {fig['p99_ms']:.2f} ms  errors {fig['errors']}",
                 flush=True,
             )
+    medians = ("rps", "p50_ms", "p99_ms", "app_cpu_us", "pg_cpu_us")  # the last two where measured
     return {
         name: {
-            "rps": statistics.median(f["rps"] for f in figs),
-            "p50_ms": statistics.median(f["p50_ms"] for f in figs),
-            "p99_ms": statistics.median(f["p99_ms"] for f in figs),
+            **{k: statistics.median(f[k] for f in figs) for k in medians if all(k in f for f in figs)},
             "errors": sum(f["errors"] for f in figs),
         }
         for name, figs in results.items()
@@ -286,11 +285,10 @@ def cold_rounds(url: str, paths: list[str], tmp: Path, args: argparse.Namespace)
                 f"p99 {fig['p99_ms']:.2f} ms  errors {fig['errors']}  requests {fig['requests']}",
                 flush=True,
             )
+    medians = ("rps", "p50_ms", "p99_ms", "app_cpu_us", "pg_cpu_us")  # the last two where measured
     return {
         name: {
-            "rps": statistics.median(f["rps"] for f in figs),
-            "p50_ms": statistics.median(f["p50_ms"] for f in figs),
-            "p99_ms": statistics.median(f["p99_ms"] for f in figs),
+            **{k: statistics.median(f[k] for f in figs) for k in medians if all(k in f for f in figs)},
             "errors": sum(f["errors"] for f in figs),
         }
         for name, figs in results.items()

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from bench import _load, _wrk
-from bench._util import save, verdict
+from bench._util import cpu_seconds, save, verdict
 from bench.http import BareApp, rounds
 from tests.live import LiveServer
 
@@ -215,6 +215,13 @@ def main() -> None:
         },
     ]
     notes = [f"load average during the run (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores, shared)"]
+    if "app_cpu_us" in ours and "app_cpu_us" in bare:
+        cpu = (
+            f"CPU per request (median of the rounds, from /proc): ci-sizer {ours['app_cpu_us']:.0f} us in the app and "
+            f"{ours['pg_cpu_us']:.0f} us in PostgreSQL; the bare app {bare['app_cpu_us']:.0f} us"
+        )
+        print(cpu)
+        notes.append(cpu)
     name = (
         "mixed"
         if args.workers == 1 and args.replicas == 1
@@ -232,6 +239,16 @@ def bench(
     url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.Namespace
 ) -> dict[str, dict[str, float]]:
     def measure(servers: str, seed: int) -> dict[str, Any]:
+        # CPU per request: the app's processes (with uvicorn's workers) and PostgreSQL's, over the round
+        before = cpu_seconds(pids[servers])
+        fig = load(servers, seed)
+        after = cpu_seconds(pids[servers])
+        if fig["requests"]:
+            fig["app_cpu_us"] = (after[0] - before[0]) / fig["requests"] * 1e6
+            fig["pg_cpu_us"] = (after[1] - before[1]) / fig["requests"] * 1e6
+        return fig
+
+    def load(servers: str, seed: int) -> dict[str, Any]:
         urls = servers.split(" ")
         share = [
             args.connections // len(urls) + (1 if i < args.connections % len(urls) else 0) for i in range(len(urls))
@@ -263,8 +280,13 @@ def bench(
         (tmp / "answer.json").write_bytes(answer.content)
         print(f"answer body: {len(answer.content)} bytes", flush=True)
         bare = [stack.enter_context(BareApp(tmp / "answer.json", tmp / f"bare-{i}.log")) for i in range(args.replicas)]
+        servers = {"bare FastAPI": " ".join(b.url for b in bare), "ci-sizer": " ".join(o.url for o in ours)}
+        pids = {
+            servers["bare FastAPI"]: [b.proc.pid for b in bare if b.proc is not None],
+            servers["ci-sizer"]: [o.proc.pid for o in ours if o.proc is not None],
+        }
         figures: dict[str, dict[str, float]] = rounds(
-            {"bare FastAPI": " ".join(b.url for b in bare), "ci-sizer": " ".join(o.url for o in ours)},
+            servers,
             args.rounds,
             measure,
         )

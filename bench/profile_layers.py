@@ -18,7 +18,7 @@ import sys
 LAYERS = [
     ("logging", r"(^|/)logging/|service/observability/logs\.py"),
     ("metrics", r"prometheus_client/|service/observability/metrics\.py"),
-    ("middleware", r"service/observability/middleware\.py|service/auth\.py|starlette/middleware"),
+    ("middleware", r"service/observability/middleware\.py|service/auth\.py|service/paths\.py|starlette/middleware"),
     ("ORM/SQLAlchemy", r"sqlalchemy/|sqlmodel/"),
     ("asyncpg", r"asyncpg/"),
     ("pydantic", r"pydantic/|pydantic_core|orjson|json/"),
@@ -32,7 +32,7 @@ ANYWHERE = [
     ("opening connections (connect_utils, SSL probe)", "connect_utils"),
     ("closing connections", "Connection.close"),
     ("prepare (statement cache miss)", "_get_statement"),
-    ("change feed publish (NOTIFY)", "services/changes.py"),
+    ("change feed (LISTEN/NOTIFY)", "service/changes.py"),
     ("retention prune_job", "retention.py"),
     ("sqlalchemy.orm", "sqlalchemy/orm"),
     ("pydantic", "pydantic"),
@@ -52,10 +52,12 @@ def layer_of(frames: list[str]) -> str:
 
 
 def kind_of(stack: str) -> str:
-    if "services/sizing.py" in stack or "api/sizing.py" in stack:
+    if "service/sizing/" in stack:
         return "GET sizing"
-    if "services/runs.py" in stack or "api/runs.py" in stack or "services/changes.py" in stack:
+    if "service/runs/" in stack:
         return "POST runs"
+    if "service/jobs/summaries.py" in stack or "_periodic" in stack:
+        return "background passes"
     return "rest (middleware, framework, loop)"
 
 
@@ -65,7 +67,7 @@ def main(path: str) -> None:
     leaves: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     ours: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     anywhere: collections.Counter[str] = collections.Counter()
-    for line in open(path):
+    for line in open(path, errors="replace"):
         stack, _, count = line.rstrip("\n").rpartition(" ")
         n = int(count)
         frames = stack.split(";")

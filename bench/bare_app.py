@@ -61,7 +61,15 @@ async def healthz() -> dict[str, str]:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn workers, as ci-sizer serve --workers")
     args = parser.parse_args()
     uvicorn.run(
-        app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, loop="uvloop", http="httptools"
+        "bench.bare_app:app" if args.workers > 1 else app,  # several workers import the app by name
+        host="127.0.0.1",
+        port=args.port,
+        workers=args.workers,
+        log_level="warning",
+        access_log=False,
+        loop="uvloop",
+        http="httptools",
     )

@@ -41,11 +41,15 @@ from tests.live import LiveServer
 
 
 class BareApp(LiveServer):
-    def __init__(self, body_file: Path, log: Path) -> None:
+    def __init__(self, body_file: Path, log: Path, *, workers: int = 1) -> None:
         super().__init__("", log=log, env={"BARE_SIZING_BODY_FILE": str(body_file)})
+        self.workers = workers
 
     def command(self) -> list[str]:
-        return [sys.executable, str(ROOT / "bench" / "bare_app.py"), "--port", str(self.port)]
+        return [
+            *(sys.executable, str(ROOT / "bench" / "bare_app.py")),
+            *("--port", str(self.port), "--workers", str(self.workers)),
+        ]
 
 
 async def warm(url: str, paths: list[str], concurrency: int = 32) -> None:

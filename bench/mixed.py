@@ -279,7 +279,10 @@ def bench(
         answer.raise_for_status()
         (tmp / "answer.json").write_bytes(answer.content)
         print(f"answer body: {len(answer.content)} bytes", flush=True)
-        bare = [stack.enter_context(BareApp(tmp / "answer.json", tmp / f"bare-{i}.log")) for i in range(args.replicas)]
+        bare = [
+            stack.enter_context(BareApp(tmp / "answer.json", tmp / f"bare-{i}.log", workers=args.workers))
+            for i in range(args.replicas)
+        ]
         servers = {"bare FastAPI": " ".join(b.url for b in bare), "ci-sizer": " ".join(o.url for o in ours)}
         pids = {
             servers["bare FastAPI"]: [b.proc.pid for b in bare if b.proc is not None],

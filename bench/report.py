@@ -67,6 +67,8 @@ def main() -> None:
     for r in results:
         out += [f"## {TITLES.get(r['bench'], r['bench'])}", "", *table(r["rows"]), ""]
         out += [f"- {note}" for note in r.get("notes", [])]
+        if r.get("notes"):
+            out.append("")
     print("\n".join(out).rstrip() + "\n")
 
 

@@ -152,7 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.bodies = bodies.Reducer()
         set_build_info(core.BACKEND)
         SIZING_DEADLINE.set(settings.sizing_deadline_ms / 1000)
-        await _warm_up(engine, app.state.pgpool)
+        await _warm_up(engine, app.state.pgpool, settings.database_connect_timeout_seconds)
         # what startup made (modules, the app, its routes: about 120,000 objects) is kept for the
         # process's life; frozen, no collection walks it again (a full one took about 50 ms, a pause
         # of every request in flight)
@@ -180,14 +180,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             asyncio.create_task(_periodic(DATABASE_CHECK_SECONDS, lambda: check_database(engine))),
             asyncio.create_task(_periodic(logs.FLUSH_SECONDS, _flush_logs)),
         ]
-        if not settings.is_sqlite:  # every job's build-path state rebuilt where missing, then as reads find them
+        if not settings.is_sqlite:
+            # every job's build-path state rebuilt where missing, then as reads find them
             repair: StateRepair = app.state.state_repair
             tasks.append(
                 asyncio.create_task(
                     _periodic(STATE_REPAIR_SECONDS, lambda: repair.run_once(write_engine), at_start=True)
                 )
             )
-        if not settings.is_sqlite:
             app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
             tasks.append(asyncio.create_task(app.state.change_feed.run()))
         log.info(
@@ -311,16 +311,20 @@ async def _flush_logs() -> None:
     logs.flush()
 
 
-async def _warm_up(engine: AsyncEngine, pool: Pool | None) -> None:
+async def _warm_up(engine: AsyncEngine, pool: Pool | None, seconds: float) -> None:
     """Open a pooled connection now, and on PostgreSQL every connection of the build path's pool with
-    the sizing statement planned, so the first builds do not pay for connection setup and planning;
-    a database that is down at startup is not fatal (sizing fails open)."""
+    the sizing statement planned (within ``seconds``), so the first builds do not pay for connection
+    setup and planning; a database that is down or slow at startup is not fatal (sizing fails open)."""
     failure = await check_database(engine)
     if failure is not None:
         log.warning("database not reachable at startup: %s", failure)
         return
     if pool is not None:
-        await pool.warm(pgread.prime)
+        try:
+            async with asyncio.timeout(seconds):
+                await pool.warm(pgread.prime)
+        except TimeoutError:
+            log.warning("the build path's connections were not all opened within %gs at startup", seconds)
 
 
 async def _periodic(every: float, job: Callable[[], Awaitable[object]], *, at_start: bool = False) -> None:

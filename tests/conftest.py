@@ -96,6 +96,22 @@ def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
     asyncio.run(_clean(url))
 
 
+@pytest.fixture
+def postgresql_only(postgresql_database: str) -> Iterator[str]:
+    """For a module whose tests run on PostgreSQL only: its ``db_url`` fixture returns this one."""
+    yield postgresql_database
+    asyncio.run(_clean(postgresql_database))
+
+
+@pytest.fixture
+async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A plain asyncpg connection to this test's PostgreSQL database, to look at what the app stored."""
+    u = make_url(db_url)
+    conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+    yield conn
+    await conn.close()
+
+
 ClientFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 
 

@@ -5,14 +5,12 @@ with the route's answers, rules and fail-open promises. PostgreSQL only: SQLite 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy.engine import make_url
 
 from service.keys import ScopeKey
 from service.sizing import pgread
@@ -25,20 +23,9 @@ KEY = ScopeKey(JOB["org"], JOB["repo"], JOB["workflow"], JOB["job"])
 
 
 @pytest.fixture
-def db_url(postgresql_database: str) -> Iterator[str]:
+def db_url(postgresql_only: str) -> str:
     """This module's tests run on PostgreSQL only (overrides conftest's both-databases fixture)."""
-    from .conftest import _clean
-
-    yield postgresql_database
-    asyncio.run(_clean(postgresql_database))
-
-
-@pytest.fixture
-async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    u = make_url(db_url)
-    conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
-    yield conn
-    await conn.close()
+    return postgresql_only
 
 
 async def counts(pg: asyncpg.Connection) -> tuple[int, int, int]:

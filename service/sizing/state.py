@@ -173,14 +173,16 @@ class StateRepair:
             if found:
                 log.info("build-path state rebuilt for %d job(s)", found)
         jobs, self.pending = sorted(self.pending), set()
-        if not jobs:
-            return 0
-        try:
-            async with engine.begin() as conn:
-                await rebuild(conn=conn, job_ids=jobs)
-        except Exception as exc:
-            DATABASE_ERRORS.inc()
-            log.warning("build-path state repair failed: %s", type(exc).__name__)
-            self.pending.update(jobs)
-            return 0
-        return len(jobs)
+        repaired = 0
+        for start in range(0, len(jobs), self.BATCH):  # a bounded transaction each
+            batch = jobs[start : start + self.BATCH]
+            try:
+                async with engine.begin() as conn:
+                    await rebuild(conn=conn, job_ids=batch)
+            except Exception as exc:
+                DATABASE_ERRORS.inc()
+                log.warning("build-path state repair failed: %s", type(exc).__name__)
+                self.pending.update(jobs[start:])
+                break
+            repaired += len(batch)
+        return repaired

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +16,6 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy.engine import make_url
 
 from service.sizing import state
 
@@ -27,20 +25,9 @@ STATE = "SELECT runs, clean_runs, samples, node_memory_bytes, node_memory_at, no
 
 
 @pytest.fixture
-def db_url(postgresql_database: str) -> Iterator[str]:
+def db_url(postgresql_only: str) -> str:
     """PostgreSQL only: SQLite keeps no state (its routes count the runs)."""
-    from ..conftest import _clean
-
-    yield postgresql_database
-    asyncio.run(_clean(postgresql_database))
-
-
-@pytest.fixture
-async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
-    u = make_url(db_url)
-    conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
-    yield conn
-    await conn.close()
+    return postgresql_only
 
 
 async def job_id(pg: asyncpg.Connection, job: dict[str, str] | None = None) -> int:

@@ -57,6 +57,11 @@ def name_problem(value: str) -> str | None:
     ``surrogateescape``, and what a JSON ``\\udc80`` escape gives) are refused."""
     if value.isascii() and value.isprintable():  # the common case, in C: none of those can be in it
         return None
+    return problem_by_character(value)
+
+
+def problem_by_character(value: str) -> str | None:
+    """``name_problem`` judged one character at a time (its definition, which the ASCII shortcut keeps)."""
     for ch in value:
         if ch in BIDI_CONTROLS:
             return "must not contain bidirectional control characters"

@@ -80,10 +80,7 @@ class BatchedLineHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
-        if self._size + len(line) > BATCH_BYTES:
-            self._write()
-        self._lines.append(line)
-        self._size += len(line)
+        self._append(line)
         if record.levelno >= logging.WARNING:
             self._write()
 
@@ -91,12 +88,16 @@ class BatchedLineHandler(logging.Handler):
         """A line already formatted (``direct``), batched as an info record's."""
         self.acquire()
         try:
-            if self._size + len(line) > BATCH_BYTES:
-                self._write()
-            self._lines.append(line)
-            self._size += len(line)
+            self._append(line)
         finally:
             self.release()
+
+    def _append(self, line: str) -> None:
+        """Add a line to the batch, first writing the batch if the line would take it past BATCH_BYTES."""
+        if self._size + len(line) > BATCH_BYTES:
+            self._write()
+        self._lines.append(line)
+        self._size += len(line)
 
     def flush(self) -> None:
         self.acquire()

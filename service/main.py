@@ -156,8 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # what startup made (modules, the app, its routes: about 120,000 objects) is kept for the
         # process's life; frozen, no collection walks it again (a full one took about 50 ms, a pause
         # of every request in flight)
-        gc.collect()
-        gc.freeze()
+        _freeze_startup_heap()
         write_maker = app.state.write_sessionmaker
         pruner: Pruner = app.state.pruner
         tasks = [
@@ -222,7 +221,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             if write_engine is not engine:
                 await write_engine.dispose()
             logs.flush()
-            gc.unfreeze()  # what the app kept may go now (several apps in one process: tests)
             if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
                 # this worker's live gauges (feed, readiness, backlog) leave the aggregate with it
                 multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
@@ -305,6 +303,22 @@ STATE_REPAIR_SECONDS = 1.0
 
 #: seconds between the checks that keep ``ci_sizer_database_ready`` current without a probe
 DATABASE_CHECK_SECONDS = 10.0
+
+
+_heap_frozen = False
+
+
+def _freeze_startup_heap() -> None:
+    """Collect once and freeze what start-up made, once per process: a server runs one app for its
+    life; a process that starts several apps one after another (the tests) freezes the first one's
+    start-up heap only, and collects the others' objects as usual, instead of walking the whole heap
+    (0.1-0.2 s there) at every start."""
+    global _heap_frozen
+    if _heap_frozen:
+        return
+    gc.collect()
+    gc.freeze()
+    _heap_frozen = True
 
 
 async def _flush_logs() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -18,11 +19,9 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from service import migrations
-from service.db import build_engine
 from service.main import create_app
 from service.settings import Settings
 
@@ -30,11 +29,53 @@ from .pg import PostgresServer, acquire
 
 TABLES = ("fleet_priors", "job_state", "run_containers", "runs", "jobs", "overrides")
 REQUIRE_POSTGRES = os.environ.get("CI_SIZER_REQUIRE_POSTGRES", "") not in ("", "0")
+#: set by the controlling process for its xdist workers: the one server they share, or why there is none
+SHARED_URL = "CI_SIZER_TEST_SHARED_POSTGRES_URL"
+SHARED_FAILURE = "CI_SIZER_TEST_SHARED_POSTGRES_FAILURE"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With xdist, the controlling process finds or starts PostgreSQL once, before the workers start,
+    and hands them its URL (each worker then makes its own databases on it): one throwaway cluster per
+    run, not one per worker."""
+    if not _xdist_controller(config):
+        return
+    try:
+        server: PostgresServer | None = acquire()
+    except RuntimeError as exc:
+        server = None
+        os.environ[SHARED_FAILURE] = str(exc)
+    else:
+        os.environ[SHARED_URL] = server.url
+    config.stash[_SHARED_SERVER] = server
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_SHARED_SERVER, None)
+    if server is not None:
+        server.close()
+
+
+_SHARED_SERVER = pytest.StashKey[PostgresServer | None]()
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that starts xdist workers (``-n N`` with N > 0), not in a worker."""
+    if hasattr(config, "workerinput"):
+        return False
+    numprocesses = getattr(config.option, "numprocesses", None)
+    return bool(numprocesses) and getattr(config.option, "dist", "no") != "no"
 
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
+    shared, failure = os.environ.get(SHARED_URL), os.environ.get(SHARED_FAILURE)
+    if shared:  # an xdist worker: the controller's server, closed by the controller
+        yield PostgresServer(url=shared, origin="shared by the xdist controller")
+        return
     try:
+        if failure is not None:
+            raise RuntimeError(failure)
         server = acquire()
     except RuntimeError as exc:
         if REQUIRE_POSTGRES:
@@ -44,14 +85,14 @@ def postgres_server() -> Iterator[PostgresServer]:
     server.close()
 
 
-async def _admin(url: str, sql: str) -> None:
+async def _admin(url: str, sql: str, *, database: str | None = None) -> None:
     u = make_url(url)
     conn = await asyncpg.connect(
         host=u.host,
         port=u.port or 5432,
         user=u.username,
         password=u.password,
-        database=u.database or "postgres",
+        database=database or u.database or "postgres",
     )
     try:
         await conn.execute(sql)
@@ -78,14 +119,24 @@ def sqlite_database(tmp_path_factory: pytest.TempPathFactory) -> str:
     return url
 
 
+def _clean_sync(url: str) -> None:
+    """Empty the tables after a test: one plain connection, no engine (this runs after every test)."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        conn = sqlite3.connect(u.database or "", timeout=30)
+        try:
+            conn.execute("PRAGMA foreign_keys=ON")  # as the app's connections: deleting a job deletes its summary
+            with conn:
+                for table in TABLES:
+                    conn.execute(f"DELETE FROM {table}")
+        finally:
+            conn.close()
+        return
+    asyncio.run(_admin(url, "; ".join(f"DELETE FROM {table}" for table in TABLES), database=u.database))
+
+
 async def _clean(url: str) -> None:
-    engine = build_engine(url)
-    try:
-        async with engine.begin() as conn:
-            for table in TABLES:
-                await conn.execute(text(f"DELETE FROM {table}"))
-    finally:
-        await engine.dispose()
+    await asyncio.to_thread(_clean_sync, url)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -93,14 +144,14 @@ def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
     """A migrated database URL; the test runs once on SQLite and once on PostgreSQL."""
     url: str = request.getfixturevalue(f"{request.param}_database")
     yield url
-    asyncio.run(_clean(url))
+    _clean_sync(url)
 
 
 @pytest.fixture
 def postgresql_only(postgresql_database: str) -> Iterator[str]:
     """For a module whose tests run on PostgreSQL only: its ``db_url`` fixture returns this one."""
     yield postgresql_database
-    asyncio.run(_clean(postgresql_database))
+    _clean_sync(postgresql_database)
 
 
 @pytest.fixture

@@ -53,8 +53,10 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
-def _rendered(output: str, answer: Answer, mapping: formats.Mapping | None) -> Response:
-    media_type, body = formats.render(output, answer, mapping)
+def _rendered(
+    output: str, answer: Answer, mapping: formats.Mapping | None, limits: formats.TemplateCpu | None
+) -> Response:
+    media_type, body = formats.render(output, answer, mapping, limits)
     return Response(content=body, media_type=media_type)
 
 
@@ -64,6 +66,15 @@ def _mapping(value: str, output: str) -> formats.Mapping | None:
     except formats.MappingError as exc:
         raise InvalidInput(
             str(exc), errors=[{"loc": ["query", "containers"], "msg": str(exc), "type": "value_error"}]
+        ) from None
+
+
+def _template_cpu(value: str, output: str) -> formats.TemplateCpu | None:
+    try:
+        return formats.parse_template_cpu_limit(value, output)
+    except formats.MappingError as exc:
+        raise InvalidInput(
+            str(exc), errors=[{"loc": ["query", "template_cpu_limit"], "msg": str(exc), "type": "value_error"}]
         ) from None
 
 
@@ -102,6 +113,15 @@ async def get_sizing(
             "runner's main container, sized from the job's main recorded one): see docs/integrations",
         ),
     ] = "",
+    template_cpu_limit: Annotated[
+        str,
+        Query(
+            max_length=formats.MAX_MAPPING_LENGTH,
+            description="the CPU limit the runner's own template gives the pod's containers, ``QUANTITY`` "
+            "(every container written) or ``POD=QUANTITY,...``: every CPU request written is at most it, so "
+            "that the merged pod is never rejected for a request above its limit: see docs/integrations",
+        ),
+    ] = "",
 ) -> Response:
     """Requests and limits per container for the job's next run. A job never seen answers 200 in
     the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name.
@@ -115,12 +135,13 @@ async def get_sizing(
     ``CI-Sizer-Degraded: true`` (in every format)."""
     principal.ensure_org(key.org)
     mapping = _mapping(containers, output)
+    limits = _template_cpu(template_cpu_limit, output)
     params = SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
     hit = cache.fresh(key, params)
     if hit is not None:
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return _json(hit.body) if output == "json" else _rendered(output, hit.answer, mapping)
+        return _json(hit.body) if output == "json" else _rendered(output, hit.answer, mapping, limits)
     SIZING_CACHE.labels(result="miss").inc()
     deadline = settings.sizing_deadline_ms / 1000
     ticket = cache.ticket(key)
@@ -136,7 +157,9 @@ async def get_sizing(
             key=key, last=None if last is None else last.answer, params=params, policy=policy
         )
         RECOMMENDATIONS.labels(phase=answer.meta.phase, override_scope=answer.meta.override_scope).inc()
-        response = _json(orjson.dumps(answer.as_dict())) if output == "json" else _rendered(output, answer, mapping)
+        response = (
+            _json(orjson.dumps(answer.as_dict())) if output == "json" else _rendered(output, answer, mapping, limits)
+        )
         response.headers[formats.DEGRADED_HEADER] = "true"
         return response
     meta = rec.answer.meta
@@ -145,4 +168,4 @@ async def get_sizing(
     RECOMMENDATIONS.labels(phase=meta.phase, override_scope=meta.override_scope).inc()
     if rec.job_id is not None:
         fleet.note(rec.job_id, rec.totals())
-    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping)
+    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping, limits)

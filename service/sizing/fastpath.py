@@ -39,6 +39,7 @@ from service.paths import segment
 from service.pgpool import Pool, PoolClosed
 from service.sizing import formats, pgread
 from service.sizing import service as sizing_service
+from service.sizing.fit import TemplateCpu
 from service.sizing.params import BUFFER, DEFAULT, RUNS, SizingParams
 from service.sizing.service import Policy, Recommendation
 from service.sizing.state import StateRepair
@@ -62,7 +63,7 @@ class Params(NamedTuple):
     key: CacheKey
     output: str
     mapping: formats.Mapping | None
-    limits: formats.TemplateCpu | None = None
+    limits: TemplateCpu | None = None
 
 
 #: the queries parsed so far (builds ask with a handful of them), bounded

@@ -34,15 +34,15 @@ A CPU limit is only written where the answer enforces it (``cpu.enforced``, rule
 mode the CPU limit is advice, and a limit that is written is a limit that throttles. A runner's own
 template may carry a CPU limit that the runner keeps beside what is written (Argo, Buildkite and
 Tekton merge ``limits`` key by key; Jenkins' containerTemplate and GitLab's config.toml or job
-variables win over the answer's): ``template_cpu_limit=`` says what it is, and ``fit_cpu`` keeps every
-CPU request written at or below it, so that a merged pod never asks for more CPU than its limit.
+variables win over the answer's): ``template_cpu_limit=`` says what it is, and ``fit_cpu``
+(``sizing/fit.py``) keeps every CPU request written at or below it, so that a merged pod never asks
+for more CPU than its limit.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -50,6 +50,7 @@ import yaml
 
 from service.quantity import QuantityError, format_cpu, parse_cpu_millicores
 from service.sizing.answer import Answer, Container, Cpu, Memory, Observed, Oom, Sources
+from service.sizing.fit import TemplateCpu, fit_cpu
 
 YAML = "application/yaml"
 TEXT = "text/plain; charset=utf-8"
@@ -111,22 +112,6 @@ def parse_containers(value: str, output: str) -> Mapping | None:
     return tuple(items)
 
 
-@dataclass(frozen=True)
-class TemplateCpu:
-    """``template_cpu_limit=``: the CPU limit (millicores) that the runner's own template gives the pod's
-    containers, which the runner may keep beside what an answer writes. ``every`` applies to each
-    container written; ``by_pod`` names containers of the runner's pod (it wins over ``every``)."""
-
-    every: int | None = None
-    by_pod: tuple[tuple[str, int], ...] = ()
-
-    def for_pod(self, pod: str) -> int | None:
-        for name, millicores in self.by_pod:
-            if name == pod:
-                return millicores
-        return self.every
-
-
 def parse_template_cpu_limit(value: str, output: str) -> TemplateCpu | None:
     """Read ``template_cpu_limit=QUANTITY`` (every container written) or ``POD=QUANTITY,...`` (the pod's
     containers by name; a bare quantity among them is the default for the others); ``None`` when
@@ -161,26 +146,6 @@ def parse_template_cpu_limit(value: str, output: str) -> TemplateCpu | None:
     if len(by_pod) > MAX_MAPPED:
         raise MappingError(f"at most {MAX_MAPPED} containers")
     return TemplateCpu(every, tuple(by_pod))
-
-
-def fit_cpu(cpu: Cpu, kept_limit: int | None) -> tuple[int, int | None]:
-    """The CPU request and the CPU limit to write (None: none), in millicores, for a container whose
-    pod may keep a CPU limit of its own (``kept_limit``: the runner's template, a LimitRange default,
-    a pod an admission webhook is given) beside what is written.
-
-    The one rule every format (and any later writer of pods) follows: a CPU limit in the pod is never
-    left below the new request. The request is at most ``kept_limit``, since a container cannot use
-    more CPU than its limit and a request above it only makes the API server reject the pod ("must be
-    less than or equal to cpu limit"), and at most the limit written. The limit is written only where
-    the answer enforces it (rule S17); then it replaces the template's where the runner merges key by
-    key, and the request is still within the template's where the runner keeps that one instead
-    (Jenkins' containerTemplate, GitLab without ``cpu_limit_overwrite_max_allowed``)."""
-    request = cpu.request_millicores
-    if kept_limit is not None:
-        request = min(request, kept_limit)
-    if cpu.enforced:
-        return min(request, cpu.limit_millicores), cpu.limit_millicores
-    return request, None
 
 
 def resources(c: Container, kept_cpu_limit: int | None = None) -> dict[str, dict[str, str]]:

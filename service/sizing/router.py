@@ -21,6 +21,7 @@ from service.paths import JobKeyDep
 from service.sizing import formats
 from service.sizing import service as sizing_service
 from service.sizing.answer import Answer
+from service.sizing.fit import TemplateCpu
 from service.sizing.params import BUFFER, CPU_PERCENTILE_DOC, DEFAULT_CPU_PERCENTILE, RUNS, CpuPercentile, SizingParams
 from service.sizing.schemas import SizingPublic
 
@@ -53,9 +54,7 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
-def _rendered(
-    output: str, answer: Answer, mapping: formats.Mapping | None, limits: formats.TemplateCpu | None
-) -> Response:
+def _rendered(output: str, answer: Answer, mapping: formats.Mapping | None, limits: TemplateCpu | None) -> Response:
     media_type, body = formats.render(output, answer, mapping, limits)
     return Response(content=body, media_type=media_type)
 
@@ -69,7 +68,7 @@ def _mapping(value: str, output: str) -> formats.Mapping | None:
         ) from None
 
 
-def _template_cpu(value: str, output: str) -> formats.TemplateCpu | None:
+def _template_cpu(value: str, output: str) -> TemplateCpu | None:
     try:
         return formats.parse_template_cpu_limit(value, output)
     except formats.MappingError as exc:

@@ -349,7 +349,7 @@ async def test_formats_and_mappings_are_served_before_routing_as_the_route_serve
 
 def test_fit_cpu_keeps_the_request_within_every_limit_the_pod_may_keep() -> None:
     from service.sizing.answer import Cpu, Sources
-    from service.sizing.formats import fit_cpu
+    from service.sizing.fit import fit_cpu
 
     def cpu(request: int, limit: int, enforced: bool) -> Cpu:
         return Cpu(f"{request}m", f"{limit}m", request, limit, enforced, Sources("algorithm", "algorithm"))

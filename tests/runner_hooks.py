@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
-import threading
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from .http_stub import Respond, StubServer
 
 ROOT = os.environ.get("CI_SIZER_RUNNER_HOOKS", "")
 NODE = shutil.which("node")
@@ -43,68 +42,42 @@ class Prepared:
     output: str
 
 
-class FakeApi:
-    def __init__(self) -> None:
-        self.created: list[dict[str, Any]] = []
-        api = self
+def _kubernetes(created: list[dict[str, Any]]) -> Respond:
+    """The API server's answers to what prepare_job asks before and as it creates the job pod."""
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def respond(method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        path = path.split("?")[0]
+        pods = f"/api/v1/namespaces/{NAMESPACE}/pods"
+        if method == "POST" and path.endswith("/selfsubjectaccessreviews"):
+            return 201, {**json.loads(body), "status": {"allowed": True}}
+        if method == "POST" and path == pods:
+            created.append(json.loads(body))
+            return 201, created[-1]
+        if method == "GET" and path == pods:
+            return 200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []}
+        if method == "GET" and path.startswith(pods + "/"):
+            name = path.rsplit("/", 1)[1]
+            if name == RUNNER_POD:  # the runner's own pod, for its node
+                return 200, {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name},
+                    "spec": {"nodeName": "node-1"},
+                }
+            return 200, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "status": {"phase": "Failed"}}
+        if method == "DELETE":
+            return 200, {"kind": "Status", "status": "Success"}
+        return 404, {"kind": "Status", "status": "Failure", "code": 404}
 
-            def _body(self) -> dict[str, Any]:
-                length = int(self.headers.get("content-length") or 0)
-                return json.loads(self.rfile.read(length) or b"{}")
-
-            def do_POST(self) -> None:
-                body = self._body()
-                if self.path.endswith("/selfsubjectaccessreviews"):
-                    self._send(201, {**body, "status": {"allowed": True}})
-                elif re.fullmatch(rf"/api/v1/namespaces/{NAMESPACE}/pods", self.path):
-                    api.created.append(body)
-                    self._send(201, body)
-                else:
-                    self._send(404, {"kind": "Status", "status": "Failure", "code": 404})
-
-            def do_GET(self) -> None:
-                path = self.path.split("?")[0]
-                if path == f"/api/v1/namespaces/{NAMESPACE}/pods":
-                    self._send(200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": []})
-                elif path == f"/api/v1/namespaces/{NAMESPACE}/pods/{RUNNER_POD}":
-                    pod = {"metadata": {"name": RUNNER_POD}, "spec": {"nodeName": "node-1", "containers": []}}
-                    self._send(200, {"apiVersion": "v1", "kind": "Pod", **pod})
-                elif path.startswith(f"/api/v1/namespaces/{NAMESPACE}/pods/"):
-                    name = path.rsplit("/", 1)[1]
-                    pod = {"metadata": {"name": name}, "spec": {"containers": []}, "status": {"phase": "Failed"}}
-                    self._send(200, {"apiVersion": "v1", "kind": "Pod", **pod})
-                else:
-                    self._send(404, {"kind": "Status", "status": "Failure", "code": 404})
-
-            def do_DELETE(self) -> None:
-                self._send(200, {"kind": "Status", "status": "Success"})
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    return respond
 
 
 def prepare_job(version: str, tmp: Path, template: str | None, services: tuple[str, ...] = ()) -> Prepared:
     """Run the hook's prepare_job for a job container ``node:20`` and ``services``, with
     ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE set to ``template`` (a path) unless None."""
     assert NODE is not None
-    api = FakeApi()
+    created: list[dict[str, Any]] = []
+    api = StubServer(_kubernetes(created))
     try:
         kubeconfig = tmp / "kubeconfig.json"
         kubeconfig.write_text(
@@ -158,7 +131,7 @@ def prepare_job(version: str, tmp: Path, template: str | None, services: tuple[s
         p = subprocess.run(
             [NODE, str(index)], input=json.dumps(stdin), env=env, capture_output=True, text=True, timeout=120
         )
-        pod = api.created[0] if api.created else None
+        pod = created[0] if created else None
         return Prepared(pod, p.returncode, p.stdout + p.stderr)
     finally:
         api.close()

@@ -92,10 +92,16 @@ _MERGE_KEYS = {
 
 def strategic_merge(spec: Pod, patch: dict[str, Any]) -> Pod:
     """``spec`` with ``patch`` applied as a strategic merge patch of a PodSpec: Kubernetes' own
-    (``kubectl patch --local``) where kubectl is installed, else ``strategic_merge_model``."""
+    (``kubectl patch --local``) where kubectl is installed, else ``strategic_merge_model``. The same
+    merge asked again (the matrix asks many twice) is answered from the first."""
     if KUBECTL is None:
         return strategic_merge_model(spec, patch)
-    return kubectl_merge(spec, patch)
+    return copy.deepcopy(_kubectl_merge_text(json.dumps(spec, sort_keys=True), json.dumps(patch, sort_keys=True)))
+
+
+@cache
+def _kubectl_merge_text(spec: str, patch: str) -> Pod:
+    return kubectl_merge(json.loads(spec), json.loads(patch))
 
 
 def kubectl_merge(spec: Pod, patch: dict[str, Any]) -> Pod:

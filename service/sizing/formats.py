@@ -85,17 +85,25 @@ class MappingError(ValueError):
     """A ``containers=`` value that cannot be read; the message says why."""
 
 
-def parse_containers(value: str, output: str) -> Mapping | None:
-    """Read ``containers=POD[=RECORDED],...`` for the format ``output``; ``None`` when empty."""
+def _items(value: str, output: str, parameter: str) -> list[str] | None:
+    """The comma-separated items of a pod-format query parameter; ``None`` when it is empty."""
     if value == "":
         return None
     if len(value) > MAX_MAPPING_LENGTH:
         raise MappingError(f"at most {MAX_MAPPING_LENGTH} characters")
     if output not in MAIN:
-        raise MappingError(f"containers= applies to the formats {', '.join(MAIN)}, not {output}")
+        raise MappingError(f"{parameter}= applies to the formats {', '.join(MAIN)}, not {output}")
+    return value.split(",")
+
+
+def parse_containers(value: str, output: str) -> Mapping | None:
+    """Read ``containers=POD[=RECORDED],...`` for the format ``output``; ``None`` when empty."""
+    given = _items(value, output, "containers")
+    if given is None:
+        return None
     items: list[tuple[str, str | None]] = []
     seen: set[str] = set()
-    for item in value.split(","):
+    for item in given:
         pod, sep, recorded = item.partition("=")
         if not _POD_NAME.fullmatch(pod):
             raise MappingError(f"{pod!r} is not a container name (lower-case letters, digits and '-', at most 63)")
@@ -117,15 +125,12 @@ def parse_template_cpu_limit(value: str, output: str) -> TemplateCpu | None:
     containers by name; a bare quantity among them is the default for the others); ``None`` when
     empty. A name the answer does not write is allowed and changes nothing (a recipe may pass every
     limit its template has)."""
-    if value == "":
+    given = _items(value, output, "template_cpu_limit")
+    if given is None:
         return None
-    if len(value) > MAX_MAPPING_LENGTH:
-        raise MappingError(f"at most {MAX_MAPPING_LENGTH} characters")
-    if output not in MAIN:
-        raise MappingError(f"template_cpu_limit= applies to the formats {', '.join(MAIN)}, not {output}")
     every: int | None = None
     by_pod: list[tuple[str, int]] = []
-    for item in value.split(","):
+    for item in given:
         pod, sep, quantity = item.rpartition("=")
         if sep and not _POD_NAME.fullmatch(pod):
             raise MappingError(f"{pod!r} is not a container name (lower-case letters, digits and '-', at most 63)")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Query, Response
@@ -33,6 +34,7 @@ RunsQuery = Annotated[int, Query(ge=RUNS.ge, le=RUNS.le, description=RUNS.doc)]
 BufferQuery = Annotated[int, Query(ge=BUFFER.ge, le=BUFFER.le, description=BUFFER.doc)]
 CpuPercentileQuery = Annotated[CpuPercentile, Query(description=CPU_PERCENTILE_DOC)]
 
+T = TypeVar("T")
 router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"], route_class=AuthenticatedRoute)
 log = logging.getLogger("ci_sizer.sizing")
 
@@ -59,21 +61,13 @@ def _rendered(output: str, answer: Answer, mapping: formats.Mapping | None, limi
     return Response(content=body, media_type=media_type)
 
 
-def _mapping(value: str, output: str) -> formats.Mapping | None:
+def _query(parse: Callable[[str, str], T], name: str, value: str, output: str) -> T:
+    """A pod-format query parameter read by ``parse``; a value it cannot read is a 422 naming ``name``."""
     try:
-        return formats.parse_containers(value, output)
+        return parse(value, output)
     except formats.MappingError as exc:
         raise InvalidInput(
-            str(exc), errors=[{"loc": ["query", "containers"], "msg": str(exc), "type": "value_error"}]
-        ) from None
-
-
-def _template_cpu(value: str, output: str) -> TemplateCpu | None:
-    try:
-        return formats.parse_template_cpu_limit(value, output)
-    except formats.MappingError as exc:
-        raise InvalidInput(
-            str(exc), errors=[{"loc": ["query", "template_cpu_limit"], "msg": str(exc), "type": "value_error"}]
+            str(exc), errors=[{"loc": ["query", name], "msg": str(exc), "type": "value_error"}]
         ) from None
 
 
@@ -133,8 +127,8 @@ async def get_sizing(
     the job, else the unknown-phase defaults, with ``meta.degraded: true`` and the header
     ``CI-Sizer-Degraded: true`` (in every format)."""
     principal.ensure_org(key.org)
-    mapping = _mapping(containers, output)
-    limits = _template_cpu(template_cpu_limit, output)
+    mapping = _query(formats.parse_containers, "containers", containers, output)
+    limits = _query(formats.parse_template_cpu_limit, "template_cpu_limit", template_cpu_limit, output)
     params = SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
     hit = cache.fresh(key, params)
     if hit is not None:

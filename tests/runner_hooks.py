@@ -30,7 +30,7 @@ RUNNER_POD = "runner-abc"
 
 def versions() -> list[str]:
     """The built hook versions, e.g. ``["v0.7.0", "v0.8.1"]``; empty when none was built."""
-    if not ROOT or NODE is None:
+    if not ROOT or NODE is None or not Path(ROOT).is_dir():
         return []
     return sorted(p.name for p in Path(ROOT).iterdir() if (p / "packages" / "k8s" / "lib" / "index.js").exists())
 

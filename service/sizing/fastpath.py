@@ -5,10 +5,11 @@ for the exact request, this pure-ASGI middleware sends those bytes without going
 dependency resolution and validation, which cost several times what the answer itself does.
 
 It only answers what it is sure of: ``GET /api/v1/sizing/{org}/{repo}/{workflow}/{job}`` with
-canonical query parameters (``format`` and ``containers`` included: a rendered format is rendered
-from the cached answer, as the route does), a caller allowed to read that org, and a fresh cache entry. Anything
-else (a bad parameter, a missing token, a miss) goes on to the app, which answers as it always
-does; a request served here gets the same status, headers and body the route would send.
+canonical query parameters (``format``, ``containers`` and ``template_cpu_limit`` included: a
+rendered format is rendered from the cached answer, as the route does), a caller allowed to read
+that org, and a fresh cache entry. Anything else (a bad parameter, a missing token, a miss) goes on
+to the app, which answers as it always does; a request served here gets the same status, headers
+and body the route would send.
 
 On PostgreSQL (the lifespan sets ``app.state.pgpool``, a lean asyncpg pool) a miss is answered here
 as well: one statement (``sizing/pgread.py``) within the sizing deadline, the same ``compute`` and
@@ -38,6 +39,7 @@ from service.paths import segment
 from service.pgpool import Pool, PoolClosed
 from service.sizing import formats, pgread
 from service.sizing import service as sizing_service
+from service.sizing.fit import TemplateCpu
 from service.sizing.params import BUFFER, DEFAULT, RUNS, SizingParams
 from service.sizing.service import Policy, Recommendation
 from service.sizing.state import StateRepair
@@ -61,6 +63,7 @@ class Params(NamedTuple):
     key: CacheKey
     output: str
     mapping: formats.Mapping | None
+    limits: TemplateCpu | None = None
 
 
 #: the queries parsed so far (builds ask with a handful of them), bounded
@@ -85,6 +88,7 @@ def _parse(query: bytes) -> Params | None:
     """The sizing parameters if the query string is in a form the route reads the same way;
     ``None`` for anything else (the route will judge it)."""
     runs, buffer, percentile, output, containers = DEFAULT.runs, DEFAULT.buffer, DEFAULT.cpu_percentile, "json", ""
+    template_cpu = ""
     if query:
         try:
             pairs = parse_qsl(query.decode("ascii"), keep_blank_values=True, strict_parsing=True)
@@ -108,15 +112,18 @@ def _parse(query: bytes) -> Params | None:
                 output = value
             elif name == "containers":
                 containers = value
+            elif name == "template_cpu_limit":
+                template_cpu = value
             else:
                 return None
         if not (RUNS.ok(runs) and BUFFER.ok(buffer)):
             return None
     try:
         mapping = formats.parse_containers(containers, output)
+        limits = formats.parse_template_cpu_limit(template_cpu, output)
     except formats.MappingError:
         return None
-    return Params(CacheKey(runs, buffer, percentile), output, mapping)
+    return Params(CacheKey(runs, buffer, percentile), output, mapping, limits)
 
 
 class CachedSizing:
@@ -184,7 +191,7 @@ class CachedSizing:
         RECOMMENDED[hit.phase, hit.override_scope].inc()
         if params.output == "json":
             return "application/json", hit.body, False
-        return (*formats.render(params.output, hit.answer, params.mapping), False)
+        return (*formats.render(params.output, hit.answer, params.mapping, params.limits), False)
 
     async def _miss(self, pool: Pool, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         """A cache miss on PostgreSQL: the answer read with one statement through the lean pool
@@ -215,7 +222,7 @@ class CachedSizing:
             RECOMMENDED[answer.meta.phase, answer.meta.override_scope].inc()
             if params.output == "json":
                 return "application/json", orjson.dumps(answer.as_dict()), True
-            return (*formats.render(params.output, answer, params.mapping), True)
+            return (*formats.render(params.output, answer, params.mapping, params.limits), True)
         if rec is None:
             return None
         CACHE_MISS.inc()
@@ -227,7 +234,7 @@ class CachedSizing:
             state.fleet.note(rec.job_id, rec.totals())
         if params.output == "json":
             return "application/json", body, False
-        return (*formats.render(params.output, rec.answer, params.mapping), False)
+        return (*formats.render(params.output, rec.answer, params.mapping, params.limits), False)
 
 
 async def _read(

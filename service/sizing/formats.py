@@ -28,22 +28,29 @@ anyone: it keeps one group of variables per recorded container (``*`` written as
 
 A degraded answer (``meta.degraded``) says so in every format: the ``CI-Sizer-Degraded`` header (set
 by the route), plus a first-line comment in the YAML formats and a ``CI_SIZER_DEGRADED`` variable in
-``gitlab`` and ``dotenv``. ``argo`` is JSON, which has no comments.
+``gitlab`` and ``dotenv``. ``argo`` and ``arc`` are JSON, which has no comments: the header only.
 
 A CPU limit is only written where the answer enforces it (``cpu.enforced``, rule S17): in observe
-mode the CPU limit is advice, and a limit that is written is a limit that throttles.
+mode the CPU limit is advice, and a limit that is written is a limit that throttles. A runner's own
+template may carry a CPU limit that the runner keeps beside what is written (Argo, Buildkite and
+Tekton merge ``limits`` key by key; Jenkins' containerTemplate and GitLab's config.toml or job
+variables win over the answer's): ``template_cpu_limit=`` says what it is, and ``fit_cpu``
+(``sizing/fit.py``) keeps every CPU request written at or below it, so that a merged pod never asks
+for more CPU than its limit.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import orjson
 import yaml
 
+from service.quantity import QuantityError, format_cpu, parse_cpu_millicores
 from service.sizing.answer import Answer, Container, Cpu, Memory, Observed, Oom, Sources
+from service.sizing.fit import TemplateCpu, fit_cpu
 
 YAML = "application/yaml"
 TEXT = "text/plain; charset=utf-8"
@@ -78,17 +85,25 @@ class MappingError(ValueError):
     """A ``containers=`` value that cannot be read; the message says why."""
 
 
-def parse_containers(value: str, output: str) -> Mapping | None:
-    """Read ``containers=POD[=RECORDED],...`` for the format ``output``; ``None`` when empty."""
+def _items(value: str, output: str, parameter: str) -> list[str] | None:
+    """The comma-separated items of a pod-format query parameter; ``None`` when it is empty."""
     if value == "":
         return None
     if len(value) > MAX_MAPPING_LENGTH:
         raise MappingError(f"at most {MAX_MAPPING_LENGTH} characters")
     if output not in MAIN:
-        raise MappingError(f"containers= applies to the formats {', '.join(MAIN)}, not {output}")
+        raise MappingError(f"{parameter}= applies to the formats {', '.join(MAIN)}, not {output}")
+    return value.split(",")
+
+
+def parse_containers(value: str, output: str) -> Mapping | None:
+    """Read ``containers=POD[=RECORDED],...`` for the format ``output``; ``None`` when empty."""
+    given = _items(value, output, "containers")
+    if given is None:
+        return None
     items: list[tuple[str, str | None]] = []
     seen: set[str] = set()
-    for item in value.split(","):
+    for item in given:
         pod, sep, recorded = item.partition("=")
         if not _POD_NAME.fullmatch(pod):
             raise MappingError(f"{pod!r} is not a container name (lower-case letters, digits and '-', at most 63)")
@@ -105,12 +120,48 @@ def parse_containers(value: str, output: str) -> Mapping | None:
     return tuple(items)
 
 
-def resources(c: Container) -> dict[str, dict[str, str]]:
-    """A Kubernetes ``resources`` block for one container of the answer."""
+def parse_template_cpu_limit(value: str, output: str) -> TemplateCpu | None:
+    """Read ``template_cpu_limit=QUANTITY`` (every container written) or ``POD=QUANTITY,...`` (the pod's
+    containers by name; a bare quantity among them is the default for the others); ``None`` when
+    empty. A name the answer does not write is allowed and changes nothing (a recipe may pass every
+    limit its template has)."""
+    given = _items(value, output, "template_cpu_limit")
+    if given is None:
+        return None
+    every: int | None = None
+    by_pod: list[tuple[str, int]] = []
+    for item in given:
+        pod, sep, quantity = item.rpartition("=")
+        if sep and not _POD_NAME.fullmatch(pod):
+            raise MappingError(f"{pod!r} is not a container name (lower-case letters, digits and '-', at most 63)")
+        try:
+            millicores = parse_cpu_millicores(quantity)
+        except QuantityError as exc:
+            raise MappingError(f"{item!r}: {exc}") from None
+        if millicores <= 0:
+            raise MappingError(f"{item!r}: a CPU limit must be positive")
+        if not sep:
+            if every is not None:
+                raise MappingError("more than one CPU limit without a container name")
+            every = millicores
+        elif any(name == pod for name, _ in by_pod):
+            raise MappingError(f"{pod!r} is named twice")
+        else:
+            by_pod.append((pod, millicores))
+    if len(by_pod) > MAX_MAPPED:
+        raise MappingError(f"at most {MAX_MAPPED} containers")
+    return TemplateCpu(every, tuple(by_pod))
+
+
+def resources(c: Container, kept_cpu_limit: int | None = None) -> dict[str, dict[str, str]]:
+    """A Kubernetes ``resources`` block for one container of the answer, for a pod that may keep a CPU
+    limit of ``kept_cpu_limit`` millicores of its own (``fit_cpu``)."""
+    request, limit = fit_cpu(c.cpu, kept_cpu_limit)
     limits = {"memory": c.memory.limit}
-    if c.cpu.enforced:
-        limits = {"cpu": c.cpu.limit, **limits}
-    return {"requests": {"cpu": c.cpu.request, "memory": c.memory.request}, "limits": limits}
+    if limit is not None:
+        limits = {"cpu": c.cpu.limit if limit == c.cpu.limit_millicores else format_cpu(limit), **limits}
+    cpu_request = c.cpu.request if request == c.cpu.request_millicores else format_cpu(request)
+    return {"requests": {"cpu": cpu_request, "memory": c.memory.request}, "limits": limits}
 
 
 def main_container(containers: list[Container]) -> Container:
@@ -155,62 +206,76 @@ def _yaml(answer: Answer, doc: Any) -> tuple[str, str]:
     return YAML, (DEGRADED_COMMENT + text if _degraded(answer) else text)
 
 
-def _named(chosen: Sequence[tuple[str, Container]], prefix: str = "") -> list[dict[str, Any]]:
-    return [{"name": prefix + pod, "resources": resources(c)} for pod, c in chosen]
+def _named(
+    chosen: Sequence[tuple[str, Container]], limits: TemplateCpu | None, prefix: str = ""
+) -> list[dict[str, Any]]:
+    return [{"name": prefix + pod, "resources": resources(c, _kept(limits, pod))} for pod, c in chosen]
 
 
-def k8s(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
-    return _yaml(answer, {"containers": _named(select(answer, "k8s", mapping))})
+def _kept(limits: TemplateCpu | None, pod: str) -> int | None:
+    return None if limits is None else limits.for_pod(pod)
 
 
-def jenkins(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
+def k8s(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
+    return _yaml(answer, {"containers": _named(select(answer, "k8s", mapping), limits)})
+
+
+def jenkins(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
     """A pod for the Kubernetes plugin's ``yaml``, merged by container name with the podTemplate's
     containers (PodTemplateUtils.combine)."""
-    pod = {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": _named(select(answer, "jenkins", mapping))}}
-    return _yaml(answer, pod)
+    containers = _named(select(answer, "jenkins", mapping), limits)
+    return _yaml(answer, {"apiVersion": "v1", "kind": "Pod", "spec": {"containers": containers}})
 
 
-def argo(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
+def argo(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
     """The value of a template's ``podSpecPatch``: a string holding JSON, served as text so that
     ``application/json`` stays the spec's shape."""
-    patch = {"containers": _named(select(answer, "argo", mapping))}
+    patch = {"containers": _named(select(answer, "argo", mapping), limits)}
     return TEXT, orjson.dumps(patch).decode() + "\n"
 
 
-def arc(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
-    """A container hook template (ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE). runner-container-hooks
-    merges a ``$NAME`` entry into the pod's container NAME and appends every other entry as a new
-    container, so every entry here is ``$``-prefixed."""
-    return _yaml(answer, {"spec": {"containers": _named(select(answer, "arc", mapping), "$")}})
+def arc(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
+    """A container hook template (ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE), as one line of JSON: the
+    hooks read it with js-yaml (JSON is YAML), and a job-started script can merge it into a template
+    of the user's own with ``jq`` (in ARC's runner image). runner-container-hooks merges a ``$NAME``
+    entry into the pod's container NAME and appends every other entry as a new container, so every
+    entry here is ``$``-prefixed."""
+    template = {"spec": {"containers": _named(select(answer, "arc", mapping), limits, "$")}}
+    return TEXT, orjson.dumps(template).decode() + "\n"
 
 
-def _tekton(answer: Answer, mapping: Mapping | None, output: str) -> tuple[str, str]:
+def _tekton(answer: Answer, mapping: Mapping | None, limits: TemplateCpu | None, output: str) -> tuple[str, str]:
     v1 = output == "tekton"
     field = "computeResources" if v1 else "resources"
     steps: list[dict[str, Any]] = []
     sidecars: list[dict[str, Any]] = []
     for pod, c in select(answer, output, mapping):
         kind, _, name = pod.partition("-")
-        (steps if kind == "step" else sidecars).append({"name": name, field: resources(c)})
+        (steps if kind == "step" else sidecars).append({"name": name, field: resources(c, _kept(limits, pod))})
     doc: dict[str, Any] = {("stepSpecs" if v1 else "stepOverrides"): steps}
     if sidecars:
         doc["sidecarSpecs" if v1 else "sidecarOverrides"] = sidecars
     return _yaml(answer, doc)
 
 
-def tekton(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
+def tekton(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
     """TaskRun ``spec.stepSpecs`` (and ``sidecarSpecs``), tekton.dev/v1."""
-    return _tekton(answer, mapping, "tekton")
+    return _tekton(answer, mapping, limits, "tekton")
 
 
-def tekton_v1beta1(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
+def tekton_v1beta1(
+    answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None
+) -> tuple[str, str]:
     """TaskRun ``spec.stepOverrides`` (and ``sidecarOverrides``), tekton.dev/v1beta1."""
-    return _tekton(answer, mapping, "tekton-v1beta1")
+    return _tekton(answer, mapping, limits, "tekton-v1beta1")
 
 
-def buildkite(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
-    """The kubernetes plugin's ``podSpecPatch`` (agent-stack-k8s), merged by container name."""
-    return _yaml(answer, {"kubernetes": {"podSpecPatch": {"containers": _named(select(answer, "buildkite", mapping))}}})
+def buildkite(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
+    """The ``containers`` items of the kubernetes plugin's ``podSpecPatch`` (agent-stack-k8s), as a YAML
+    list. They go into the step's one kubernetes plugin entry, under its ``podSpecPatch.containers``
+    beside the user's own: agent-stack-k8s decodes every kubernetes entry of a step into one struct
+    (``ParseJob``), so a second entry's ``containers`` would overwrite the first's, index by index."""
+    return _yaml(answer, _named(select(answer, "buildkite", mapping), limits))
 
 
 def _env_name(name: str) -> str:
@@ -218,7 +283,9 @@ def _env_name(name: str) -> str:
     return cleaned or "CONTAINER"
 
 
-def dotenv(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
+def dotenv(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
+    """One group of variables per recorded container: not merged into a pod by anyone, so neither
+    ``containers=`` nor ``template_cpu_limit=`` applies (the route refuses both)."""
     lines = ["CI_SIZER_DEGRADED=true"] if _degraded(answer) else []
     for c in answer.containers:
         prefix = f"CI_SIZER_{_env_name('build' if c.name == UNSEEN else c.name)}"
@@ -231,26 +298,31 @@ def dotenv(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     return TEXT, "\n".join(lines) + "\n"
 
 
-def gitlab(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
+def gitlab(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
     """``variables:`` for the Kubernetes executor's overwrites (gitlab-runner
     ``executors/kubernetes/overwrites.go``). Helper and service variables only when mapped."""
     out: dict[str, str] = {}
 
-    def put(prefix: str, c: Container) -> None:
-        out[f"{prefix}CPU_REQUEST"] = c.cpu.request
-        if c.cpu.enforced:
-            out[f"{prefix}CPU_LIMIT"] = c.cpu.limit
-        out[f"{prefix}MEMORY_REQUEST"] = c.memory.request
-        out[f"{prefix}MEMORY_LIMIT"] = c.memory.limit
+    def put(prefix: str, c: Container, kept: int | None) -> None:
+        res = resources(c, kept)
+        out[f"{prefix}CPU_REQUEST"] = res["requests"]["cpu"]
+        if "cpu" in res["limits"]:
+            out[f"{prefix}CPU_LIMIT"] = res["limits"]["cpu"]
+        out[f"{prefix}MEMORY_REQUEST"] = res["requests"]["memory"]
+        out[f"{prefix}MEMORY_LIMIT"] = res["limits"]["memory"]
 
     services = []
+    service_limits = []
     for pod, c in select(answer, "gitlab", mapping):
         if pod == "build":
-            put("KUBERNETES_", c)
+            put("KUBERNETES_", c, _kept(limits, pod))
         elif pod == "helper":
-            put("KUBERNETES_HELPER_", c)
+            put("KUBERNETES_HELPER_", c, _kept(limits, pod))
         else:
             services.append(c)
+            kept = _kept(limits, pod)
+            if kept is not None:
+                service_limits.append(kept)
     if services:
         # one job-level setting for every service container: the largest of each field
         cpu_req = max(services, key=lambda c: c.cpu.request_millicores).cpu
@@ -277,13 +349,20 @@ def gitlab(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
             observed=Observed(cpu_millicores=None, memory_bytes=None),
             oom=Oom(consecutive=0, backoff_factor=1, capped=False),
         )
-        put("KUBERNETES_SERVICE_", biggest)
+        # the one setting applies to every service: within the lowest CPU limit a service keeps
+        put("KUBERNETES_SERVICE_", biggest, min(service_limits, default=None))
     if _degraded(answer):
         out["CI_SIZER_DEGRADED"] = "true"
     return _yaml(answer, {"variables": out})
 
 
-RENDERERS: dict[str, Callable[[Answer, Mapping | None], tuple[str, str]]] = {
+class Renderer(Protocol):
+    def __call__(
+        self, answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None
+    ) -> tuple[str, str]: ...
+
+
+RENDERERS: dict[str, Renderer] = {
     "k8s": k8s,
     "gitlab": gitlab,
     "dotenv": dotenv,
@@ -296,7 +375,9 @@ RENDERERS: dict[str, Callable[[Answer, Mapping | None], tuple[str, str]]] = {
 }
 
 
-def render(output: str, answer: Answer, mapping: Mapping | None) -> tuple[str, bytes]:
+def render(
+    output: str, answer: Answer, mapping: Mapping | None, limits: TemplateCpu | None = None
+) -> tuple[str, bytes]:
     """(content type, body) of the answer in the format ``output``."""
-    media_type, text = RENDERERS[output](answer, mapping)
+    media_type, text = RENDERERS[output](answer, mapping, limits)
     return media_type, text.encode()

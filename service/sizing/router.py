@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 from fastapi import APIRouter, Query, Response
@@ -21,6 +22,7 @@ from service.paths import JobKeyDep
 from service.sizing import formats
 from service.sizing import service as sizing_service
 from service.sizing.answer import Answer
+from service.sizing.fit import TemplateCpu
 from service.sizing.params import BUFFER, CPU_PERCENTILE_DOC, DEFAULT_CPU_PERCENTILE, RUNS, CpuPercentile, SizingParams
 from service.sizing.schemas import SizingPublic
 
@@ -32,6 +34,7 @@ RunsQuery = Annotated[int, Query(ge=RUNS.ge, le=RUNS.le, description=RUNS.doc)]
 BufferQuery = Annotated[int, Query(ge=BUFFER.ge, le=BUFFER.le, description=BUFFER.doc)]
 CpuPercentileQuery = Annotated[CpuPercentile, Query(description=CPU_PERCENTILE_DOC)]
 
+T = TypeVar("T")
 router = APIRouter(prefix="/api/v1/sizing", tags=["sizing"], route_class=AuthenticatedRoute)
 log = logging.getLogger("ci_sizer.sizing")
 
@@ -53,17 +56,18 @@ def _json(body: bytes) -> Response:
     return Response(content=body, media_type="application/json")
 
 
-def _rendered(output: str, answer: Answer, mapping: formats.Mapping | None) -> Response:
-    media_type, body = formats.render(output, answer, mapping)
+def _rendered(output: str, answer: Answer, mapping: formats.Mapping | None, limits: TemplateCpu | None) -> Response:
+    media_type, body = formats.render(output, answer, mapping, limits)
     return Response(content=body, media_type=media_type)
 
 
-def _mapping(value: str, output: str) -> formats.Mapping | None:
+def _query(parse: Callable[[str, str], T], name: str, value: str, output: str) -> T:
+    """A pod-format query parameter read by ``parse``; a value it cannot read is a 422 naming ``name``."""
     try:
-        return formats.parse_containers(value, output)
+        return parse(value, output)
     except formats.MappingError as exc:
         raise InvalidInput(
-            str(exc), errors=[{"loc": ["query", "containers"], "msg": str(exc), "type": "value_error"}]
+            str(exc), errors=[{"loc": ["query", name], "msg": str(exc), "type": "value_error"}]
         ) from None
 
 
@@ -102,6 +106,15 @@ async def get_sizing(
             "runner's main container, sized from the job's main recorded one): see docs/integrations",
         ),
     ] = "",
+    template_cpu_limit: Annotated[
+        str,
+        Query(
+            max_length=formats.MAX_MAPPING_LENGTH,
+            description="the CPU limit the runner's own template gives the pod's containers, ``QUANTITY`` "
+            "(every container written) or ``POD=QUANTITY,...``: every CPU request written is at most it, so "
+            "that the merged pod is never rejected for a request above its limit: see docs/integrations",
+        ),
+    ] = "",
 ) -> Response:
     """Requests and limits per container for the job's next run. A job never seen answers 200 in
     the ``unknown`` phase. Path segments are percent-encoded; ``%2F`` is a ``/`` inside a name.
@@ -114,13 +127,14 @@ async def get_sizing(
     the job, else the unknown-phase defaults, with ``meta.degraded: true`` and the header
     ``CI-Sizer-Degraded: true`` (in every format)."""
     principal.ensure_org(key.org)
-    mapping = _mapping(containers, output)
+    mapping = _query(formats.parse_containers, "containers", containers, output)
+    limits = _query(formats.parse_template_cpu_limit, "template_cpu_limit", template_cpu_limit, output)
     params = SizingParams(runs=runs, buffer=buffer, cpu_percentile=cpu_percentile)
     hit = cache.fresh(key, params)
     if hit is not None:
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return _json(hit.body) if output == "json" else _rendered(output, hit.answer, mapping)
+        return _json(hit.body) if output == "json" else _rendered(output, hit.answer, mapping, limits)
     SIZING_CACHE.labels(result="miss").inc()
     deadline = settings.sizing_deadline_ms / 1000
     ticket = cache.ticket(key)
@@ -136,7 +150,9 @@ async def get_sizing(
             key=key, last=None if last is None else last.answer, params=params, policy=policy
         )
         RECOMMENDATIONS.labels(phase=answer.meta.phase, override_scope=answer.meta.override_scope).inc()
-        response = _json(orjson.dumps(answer.as_dict())) if output == "json" else _rendered(output, answer, mapping)
+        response = (
+            _json(orjson.dumps(answer.as_dict())) if output == "json" else _rendered(output, answer, mapping, limits)
+        )
         response.headers[formats.DEGRADED_HEADER] = "true"
         return response
     meta = rec.answer.meta
@@ -145,4 +161,4 @@ async def get_sizing(
     RECOMMENDATIONS.labels(phase=meta.phase, override_scope=meta.override_scope).inc()
     if rec.job_id is not None:
         fleet.note(rec.job_id, rec.totals())
-    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping)
+    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping, limits)

@@ -31,6 +31,17 @@ from service.collector import payload
              "BUILD_TAG": "jenkins-acme-web-main-12"},
             ("acme", "web", "Jenkinsfile", "Build", "jenkins-acme-web-main-12"),
         ),
+        (  # a branch may hold an "@": the workflow path ends at the ref's first one (so does the ARC recipe's)
+            {"GITHUB_ACTIONS": "true", "GITHUB_REPOSITORY": "acme/web", "GITHUB_REPOSITORY_OWNER": "acme",
+             "GITHUB_WORKFLOW_REF": "acme/web/.github/workflows/ci.yml@refs/heads/fix@2", "GITHUB_JOB": "build",
+             "GITHUB_RUN_ID": "99", "GITHUB_RUN_ATTEMPT": "1"},
+            ("acme", "web", ".github/workflows/ci.yml", "build", "99-1"),
+        ),
+        (  # outside a stage body there is no STAGE_NAME (pipeline-stage-step StageStepExecution): the job is
+           # the last part of JOB_NAME, a multibranch job's branch; the Jenkins recipe gives --job (issue 32, 2)
+            {"JENKINS_URL": "https://ci", "JOB_NAME": "acme/web/main", "BUILD_TAG": "jenkins-acme-web-main-12"},
+            ("acme", "web", "Jenkinsfile", "main", "jenkins-acme-web-main-12"),
+        ),
     ],
 )  # fmt: skip
 def test_identity_from_ci_environments(env: dict[str, str], expected: tuple[str, ...]) -> None:

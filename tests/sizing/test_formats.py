@@ -79,6 +79,8 @@ def written(fmt: str, text: str) -> dict[str, Any]:
     jenkins, k8s), ``steps/NAME`` and ``sidecars/NAME`` (tekton), or the variable prefix (gitlab)."""
     if fmt == "argo":
         return {c["name"]: c["resources"] for c in json.loads(text)["containers"]}
+    if fmt == "arc":  # one line of JSON: the hooks read it with js-yaml, a job-started script merges it with jq
+        return {c["name"]: c["resources"] for c in json.loads(text)["spec"]["containers"]}
     doc = yaml.safe_load(text)
     if fmt in ("tekton", "tekton-v1beta1"):
         v1 = fmt == "tekton"
@@ -103,8 +105,7 @@ def written(fmt: str, text: str) -> dict[str, Any]:
     containers = {
         "k8s": lambda d: d["containers"],
         "jenkins": lambda d: as_k8s(d, "V1Pod").to_dict()["spec"]["containers"],
-        "arc": lambda d: d["spec"]["containers"],
-        "buildkite": lambda d: d["kubernetes"]["podSpecPatch"]["containers"],
+        "buildkite": lambda d: d,  # the podSpecPatch's containers items, for the step's one kubernetes entry
     }[fmt](doc)
     return {c["name"]: c["resources"] for c in containers}
 
@@ -274,6 +275,8 @@ async def test_a_degraded_answer_says_so_in_every_format() -> None:
                 assert "*" not in r.text.replace('"name":"*"', "")  # only the JSON answer keeps S6's "*"
                 if r.headers["content-type"] == "application/yaml":
                     assert r.text.startswith("# ci-sizer: degraded answer"), fmt
+                else:  # JSON and dotenv: the header says it (and dotenv's variable, below)
+                    assert fmt in ("json", "dotenv", "argo", "arc"), fmt
                 if fmt == "gitlab":
                     assert yaml.safe_load(r.text)["variables"]["CI_SIZER_DEGRADED"] == "true"
                 if fmt == "dotenv":
@@ -334,3 +337,118 @@ async def test_formats_and_mappings_are_served_before_routing_as_the_route_serve
             assert hits(client) == (h0 + 1, m0), query
             assert routed.status_code == 200, routed.text
             same_response(routed, cached)
+
+
+# --------------------------------------------------------------------------- template_cpu_limit (issue 32, 1)
+# A runner's own template may carry a CPU limit that the runner keeps beside the answer (Argo's
+# ApplyPodSpecPatch, agent-stack-k8s' PatchPodSpec and Tekton's MergeStepsWithSpecs merge `limits` key
+# by key; Jenkins' containerTemplate and GitLab's config.toml win over it). Every CPU request written
+# is at most that limit, so the merged pod never has a request above its limit; tests/sizing/
+# test_recipes.py applies each runner's own merge to it.
+
+
+def test_fit_cpu_keeps_the_request_within_every_limit_the_pod_may_keep() -> None:
+    from service.sizing.answer import Cpu, Sources
+    from service.sizing.fit import fit_cpu
+
+    def cpu(request: int, limit: int, enforced: bool) -> Cpu:
+        return Cpu(f"{request}m", f"{limit}m", request, limit, enforced, Sources("algorithm", "algorithm"))
+
+    observe, enforce = cpu(2106, 2500, False), cpu(2106, 2500, True)
+    assert fit_cpu(observe, None) == (2106, None)  # nothing kept: the request, and no limit (S17)
+    for kept in (1000, 2106, 4000):
+        request, limit = fit_cpu(observe, kept)
+        assert (request, limit) == (min(2106, kept), None)
+        request, limit = fit_cpu(enforce, kept)
+        assert limit == 2500  # enforce: the answer's limit is written, and replaces the template's
+        assert request <= kept  # whichever of the two limits the runner keeps
+        assert request <= limit
+    assert fit_cpu(enforce, None) == (2106, 2500)
+
+
+KEPT = {"below": "1", "equal": "2106m", "above": "4"}  # around the build container's request of 2106m
+
+
+async def test_template_cpu_limit_bounds_every_request_written(make_client: Any, mode: str) -> None:
+    async with make_client(cpu_sizing_mode=mode) as client:
+        await post_runs(client, *(run(n, *BUILD_HELPER_SVC_1755) for n in range(3)))
+        answer = await sizing(client)
+        build = next(c for c in answer["containers"] if c["name"] == "build")
+        assert build["cpu"]["request_millicores"] == 2106  # the request the three cases are placed around
+        for fmt in STRATEGIC:
+            for where, value in KEPT.items():
+                r = await client.get(sizing_path(), params={"format": fmt, "template_cpu_limit": value})
+                assert r.status_code == 200, r.text
+                [res] = written(fmt, r.text).values()
+                kept = cpu(value)
+                assert cpu(res["requests"]["cpu"]) == min(2106, kept), (fmt, where)
+                assert mem(res["requests"]["memory"]) == build["memory"]["request_bytes"]  # memory untouched
+                limits = res.get("limits") or {}
+                if mode == "enforce":
+                    assert cpu(limits["cpu"]) == build["cpu"]["limit_millicores"], (fmt, where)
+                else:
+                    assert "cpu" not in limits, (fmt, where)
+
+
+BUILD_HELPER_SVC_1755 = [
+    container("build", cpu=1755, mem=1800 * MIB),  # p95 1755m: a request of 2106m (S9, buffer 20)
+    container("helper", cpu=55, mem=90 * MIB),
+    container("svc-postgres", cpu=240, mem=400 * MIB),
+]
+
+
+BY_CONTAINER = [
+    ("tekton", "step-build,sidecar-postgres=svc-postgres", "step-build=1,sidecar-postgres=100m",
+     {"steps/build": 1000, "sidecars/postgres": 100}),
+    ("arc", "job,postgres=svc-postgres", "job=4,postgres=100m", {"$job": 2106, "$postgres": 100}),
+    ("argo", "main,postgres=svc-postgres", "500m,main=2", {"main": 2000, "postgres": 288}),
+    ("jenkins", "build", "jnlp=1,redis=1", {"build": 2106}),  # names not written change nothing
+    ("gitlab", "build,pg=svc-postgres,redis=helper", "build=1,pg=200m,redis=50m",
+     {"BUILD_": 1000, "SERVICE_": 50}),  # one setting for every service: within the lowest limit
+]  # fmt: skip
+
+
+async def test_template_cpu_limit_by_container(make_client: Any) -> None:
+    async with make_client() as client:
+        await post_runs(client, *(run(n, *BUILD_HELPER_SVC_1755) for n in range(3)))
+        for fmt, mapping, limits, expected in BY_CONTAINER:
+            params = {"format": fmt, "containers": mapping, "template_cpu_limit": limits}
+            r = await client.get(sizing_path(), params=params)
+            assert r.status_code == 200, r.text
+            out = written(fmt, r.text)
+            assert {address: cpu(res["requests"]["cpu"]) for address, res in out.items()} == expected, fmt
+
+
+BAD_TEMPLATE_CPU = [
+    ("argo", "lots"),  # not a quantity
+    ("argo", "0"),
+    ("argo", "-1"),
+    ("argo", "main="),
+    ("argo", "Main=1"),  # not a container name
+    ("argo", "1,2"),  # two defaults
+    ("argo", "main=1,main=2"),
+    ("json", "1"),  # the spec's shape is not a runner's pod
+    ("dotenv", "1"),
+]
+
+
+async def test_a_bad_template_cpu_limit_is_a_422(client: httpx.AsyncClient) -> None:
+    for fmt, value in BAD_TEMPLATE_CPU:
+        r = await client.get(sizing_path(), params={"format": fmt, "template_cpu_limit": value})
+        assert r.status_code == 422, (fmt, value, r.text)
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.json()["errors"][0]["loc"] == ["query", "template_cpu_limit"]
+
+
+async def test_template_cpu_limit_is_served_before_routing_as_the_route_serves_it(make_client: Any) -> None:
+    from .test_cache import hits, same_response
+
+    async with make_client() as client:
+        await post_runs(client, *(run(n, *BUILD_HELPER_SVC_1755) for n in range(3)))
+        for query in ("?format=argo&template_cpu_limit=1", "?format=arc&containers=job&template_cpu_limit=job%3D1"):
+            routed = await client.get(sizing_path() + query + "&runs=05")  # not canonical: the route answers
+            h0, m0 = hits(client)
+            cached = await client.get(sizing_path() + query + "&runs=5")
+            assert hits(client) == (h0 + 1, m0), query
+            same_response(routed, cached)
+            assert "2106m" not in routed.text  # clamped, both ways

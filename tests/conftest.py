@@ -34,6 +34,24 @@ SHARED_URL = "CI_SIZER_TEST_SHARED_POSTGRES_URL"
 SHARED_FAILURE = "CI_SIZER_TEST_SHARED_POSTGRES_FAILURE"
 
 
+#: tools whose absence fails a test instead of skipping it (.ci/run lists what CI installs)
+REQUIRED_TOOLS = frozenset(t for t in os.environ.get("CI_SIZER_REQUIRE_TOOLS", "").split(",") if t)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that skips because "<tool> is not installed" fails instead when CI_SIZER_REQUIRE_TOOLS names
+    that tool: in CI a missing runner tool (go, jq, kubectl) must not pass unnoticed as a skip."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if REQUIRED_TOOLS and report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2]).removeprefix("Skipped: ")
+        tool, _, rest = reason.partition(" ")
+        if tool in REQUIRED_TOOLS and rest.startswith("is not installed"):
+            report.outcome = "failed"
+            report.longrepr = f"{reason}\n(required: CI_SIZER_REQUIRE_TOOLS={','.join(sorted(REQUIRED_TOOLS))})"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """With xdist, the controlling process finds or starts PostgreSQL once, before the workers start,
     and hands them its URL (each worker then makes its own databases on it): one throwaway cluster per

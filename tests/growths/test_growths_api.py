@@ -85,7 +85,8 @@ async def test_the_job_s_growths(client: httpx.AsyncClient) -> None:
         "to_bytes": 2 * GIB,
         "result": "deferred",
     }
-    assert newest[-1]["run_id"] == "run-0" and len(newest) == 8
+    assert newest[-1]["run_id"] == "run-0"
+    assert len(newest) == 8
 
     # the operator's job page says it too
     params = {k: JOB[k] for k in ("org", "repo", "workflow", "job")}

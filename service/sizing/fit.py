@@ -49,3 +49,17 @@ def fit_cpu(cpu: Cpu, kept_limit: int | None) -> tuple[int, int | None]:
     if cpu.enforced:
         return min(request, cpu.limit_millicores), cpu.limit_millicores
     return request, None
+
+
+#: issue 40: a container the answer lets grow (``grow`` not null) states that resizing its CPU or memory
+#: in place needs no restart (Kubernetes' default, stated so a pod template cannot have turned it off).
+#: Written where the runner's merge keeps the field: ``k8s``, ``argo`` (ApplyPodSpecPatch), ``buildkite``
+#: (PatchPodSpec: strategic merges of the PodSpec, whose resizePolicy is an atomic list), ``jenkins``
+#: (PodTemplateUtils.combine builds the container from the yaml's), ``arc`` (mergeContainerWithOptions
+#: copies every field); not ``tekton`` (stepSpecs carry computeResources only) nor ``gitlab`` (variables).
+RESIZE_POLICY = (("cpu", "NotRequired"), ("memory", "NotRequired"))
+
+
+def resize_policy() -> list[dict[str, str]]:
+    """A container's ``resizePolicy`` for growth: a new list each time (callers may mutate theirs)."""
+    return [{"resourceName": name, "restartPolicy": policy} for name, policy in RESIZE_POLICY]

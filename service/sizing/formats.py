@@ -50,7 +50,7 @@ import yaml
 
 from service.quantity import QuantityError, format_cpu, parse_cpu_millicores
 from service.sizing.answer import Answer, Container, Cpu, Memory, Observed, Oom, Sources
-from service.sizing.fit import TemplateCpu, fit_cpu
+from service.sizing.fit import TemplateCpu, fit_cpu, resize_policy
 
 YAML = "application/yaml"
 TEXT = "text/plain; charset=utf-8"
@@ -209,7 +209,13 @@ def _yaml(answer: Answer, doc: Any) -> tuple[str, str]:
 def _named(
     chosen: Sequence[tuple[str, Container]], limits: TemplateCpu | None, prefix: str = ""
 ) -> list[dict[str, Any]]:
-    return [{"name": prefix + pod, "resources": resources(c, _kept(limits, pod))} for pod, c in chosen]
+    out: list[dict[str, Any]] = []
+    for pod, c in chosen:
+        entry: dict[str, Any] = {"name": prefix + pod, "resources": resources(c, _kept(limits, pod))}
+        if c.grow is not None:
+            entry["resizePolicy"] = resize_policy()
+        out.append(entry)
+    return out
 
 
 def _kept(limits: TemplateCpu | None, pod: str) -> int | None:

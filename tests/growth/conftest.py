@@ -1,4 +1,5 @@
-"""A live sizer (``ci-sizer serve`` on SQLite) shared by a module's growth tests: each test posts its own run."""
+"""A live sizer (``ci-sizer serve`` on SQLite) shared by the growth tests (of one pytest process): each test
+posts a run of its own."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class Sizer:
     database: Path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def sizer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sizer]:
     database = tmp_path_factory.mktemp("sizer") / "sizer.db"
     with LiveServer(f"sqlite:///{database}") as server:

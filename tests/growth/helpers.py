@@ -51,9 +51,7 @@ def allocate(tmp_path: Path, total: int, *, rate: float, chunk: int = 8, hold: f
     return [sys.executable, str(script), str(total), str(rate), str(chunk), str(hold), str(report)], report
 
 
-def answer_file(
-    path: Path, *, limit: int, max_bytes: int, threshold: int, step: int, container: str = "build"
-) -> Path:
+def answer_file(path: Path, *, limit: int, max_bytes: int, threshold: int, step: int, container: str = "build") -> Path:
     """A JSON answer as GET /api/v1/sizing gives it, with the contract's grow block for one container."""
     path.write_text(
         json.dumps({

@@ -28,6 +28,7 @@ import copy
 import json
 import threading
 import time
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -38,8 +39,9 @@ MIB = 1 << 20
 JSON_PATCH = "application/json-patch+json"
 
 
-def quantity(value: Any) -> int:
-    return int(parse_quantity(value))
+def quantity(value: Any) -> Decimal:
+    """A quantity's exact value (the client's own parser: the test-only oracle for quantities)."""
+    return Decimal(parse_quantity(value))
 
 
 def canonical(n: int) -> str:
@@ -167,19 +169,19 @@ def compute_qos(pod: dict[str, Any]) -> str:
     """qos.go ComputePodQOS: BestEffort without requests and limits, Guaranteed when every container has
     cpu and memory limits and the summed requests equal the summed limits, else Burstable."""
     spec = pod["spec"]
-    requests: dict[str, int] = {}
-    limits: dict[str, int] = {}
+    requests: dict[str, Decimal] = {}
+    limits: dict[str, Decimal] = {}
     guaranteed = True
     for c in spec.get("containers", []) + spec.get("initContainers", []):
         res = c.get("resources") or {}
         for name, q in (res.get("requests") or {}).items():
             if name in ("cpu", "memory") and quantity(q) > 0:
-                requests[name] = requests.get(name, 0) + quantity(q)
+                requests[name] = requests.get(name, Decimal(0)) + quantity(q)
         found = set()
         for name, q in (res.get("limits") or {}).items():
             if name in ("cpu", "memory") and quantity(q) > 0:
                 found.add(name)
-                limits[name] = limits.get(name, 0) + quantity(q)
+                limits[name] = limits.get(name, Decimal(0)) + quantity(q)
         if not {"cpu", "memory"} <= found:
             guaranteed = False
     if not requests and not limits:
@@ -196,7 +198,9 @@ def _container_resize(new: dict[str, Any], old: dict[str, Any], path: str) -> li
     for kind in ("requests", "limits"):
         if set(ores.get(kind) or {}) - set(nres.get(kind) or {}):
             errors.append(f"{path}.resources.{kind}: Forbidden: resource {kind} cannot be removed")
-    policy = next((p.get("restartPolicy") for p in new.get("resizePolicy") or [] if p.get("resourceName") == "memory"), "")
+    policy = next(
+        (p.get("restartPolicy") for p in new.get("resizePolicy") or [] if p.get("resourceName") == "memory"), ""
+    )
     if policy in ("NotRequired", "PreferNoRestart", ""):
         new_limit = (nres.get("limits") or {}).get("memory")
         old_limit = (ores.get("limits") or {}).get("memory")
@@ -263,7 +267,12 @@ def validate_resize(new: dict[str, Any], old: dict[str, Any]) -> list[str]:
 
 
 def _pod_memory_request(pod: dict[str, Any]) -> int:
-    return sum(quantity((c.get("resources") or {}).get("requests", {}).get("memory", "0")) for c in pod["spec"]["containers"])
+    return int(
+        sum(
+            quantity((c.get("resources") or {}).get("requests", {}).get("memory", "0"))
+            for c in pod["spec"]["containers"]
+        )
+    )
 
 
 # ------------------------------------------------------------------ the server and its kubelet
@@ -396,7 +405,9 @@ class KubeApi:
                 elif kind != JSON_PATCH:
                     self._status(415, "UnsupportedMediaType", f"the emulated API takes {JSON_PATCH} only, not {kind}")
                 elif not isinstance(body, list):
-                    self._status(400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
+                    self._status(
+                        400, "BadRequest", "json: cannot unmarshal object into Go value of type jsonpatch.Patch"
+                    )
                 else:
                     api._resize(self, body)
 
@@ -408,7 +419,9 @@ class KubeApi:
             try:
                 new = apply_json_patch(old, ops)
             except (PatchError, KeyError, TypeError) as exc:
-                handler._status(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}")
+                handler._status(
+                    422, "Invalid", f"the server rejected our request due to an error in our request: {exc}"
+                )
                 return
             errors = validate_resize(new, old)
             if errors:
@@ -466,13 +479,15 @@ class KubeApi:
 
     def _actuate(self, spec: dict[str, dict[str, Any]]) -> None:
         """What the runtime's UpdateContainerResources does for the build container, then the status."""
-        limit = quantity(spec["build"]["limits"]["memory"])
+        limit = int(quantity(spec["build"]["limits"]["memory"]))
         if self.cgroup is not None:
             (self.cgroup / "memory.limit_in_bytes").write_text(str(limit))
         with self.lock:
             for status in self.pod["status"]["containerStatuses"]:
                 res = spec[status["name"]]
-                status["allocatedResources"] = {k: canonical(quantity(v)) if k == "memory" else v for k, v in res["requests"].items()}
-                status["resources"] = {kind: {k: canonical(quantity(v)) if k == "memory" else v for k, v in res[kind].items()}
+                status["allocatedResources"] = {
+                    k: canonical(int(quantity(v))) if k == "memory" else v for k, v in res["requests"].items()
+                }
+                status["resources"] = {kind: {k: canonical(int(quantity(v))) if k == "memory" else v for k, v in res[kind].items()}
                                        for kind in ("requests", "limits")}  # fmt: skip
             self._clear_condition("PodResizeInProgress")

@@ -101,5 +101,6 @@ def test_a_parent_that_cannot_hold_the_build_leaves_it_unguarded(tmp_path: Path)
                    "--", sys.executable, "-c", "import sys; sys.exit(3)")  # fmt: skip
     assert done.returncode == 3
     lines = [line for line in done.stderr.splitlines() if "growth" in line]
-    assert len(lines) == 1 and lines[0].startswith(f"ci-sizer: growth is off: no cgroup for the build below {tmp_path}")
+    assert len(lines) == 1
+    assert lines[0].startswith(f"ci-sizer: growth is off: no cgroup for the build below {tmp_path}")
     assert "Traceback" not in done.stderr

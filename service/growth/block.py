@@ -78,7 +78,9 @@ def plan_from_answer(answer: Any, container: str) -> tuple[Plan | None, str]:
     entry = by_name.get(container, by_name.get(UNSEEN))
     if entry is None:
         return None, f"the answer has no entry for container {container!r} (it has {sorted(map(str, by_name))})"
-    block = entry.get("grow")
+    if "grow" not in entry:
+        return None, "the answer has no grow block (a sizer from before growth)"
+    block = entry["grow"]
     if block is None:
         return None, f"the answer says {entry['name']!r} must not grow (grow: null)"
     if not isinstance(block, dict):

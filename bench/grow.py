@@ -27,21 +27,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path[0] = str(ROOT)  # bench/http.py would shadow http
+
+from tests.growth.helpers import ALLOCATE  # the build the tests grow
+
 MIB = 1 << 20
 LIMIT, MAX, STEP, THRESHOLD, TOTAL = 256 * MIB, 1024 * MIB, 128 * MIB, 90, 600
-
-ALLOCATE = r"""
-import mmap, sys, time
-total, rate, chunk = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
-blocks, done, t0 = [], 0, time.monotonic()
-while done < total:
-    n = min(chunk, total - done)
-    blocks.append(mmap.mmap(-1, n << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | mmap.MAP_POPULATE))
-    done += n
-    if rate > 0:
-        time.sleep(max(0.0, t0 + done / rate - time.monotonic()))
-print(done / (time.monotonic() - t0))
-"""
 
 WAYS = {"notify": ["--grow-poll", "0.01"], "poll 10ms": ["--grow-poll", "0.01", "--no-grow-notify"],
         "poll 100ms": ["--grow-poll", "0.1", "--no-grow-notify"]}  # fmt: skip
@@ -52,7 +43,7 @@ def baseline(script: Path, trials: int) -> float:
     best = 0.0
     for _ in range(trials):
         out = subprocess.run(
-            [sys.executable, str(script), str(TOTAL), "0", str(TOTAL)], capture_output=True, text=True, check=True
+            [sys.executable, str(script), str(TOTAL), "0", str(TOTAL), "0"], capture_output=True, text=True, check=True
         )
         best = max(best, float(out.stdout))
     return best
@@ -64,7 +55,7 @@ def trial(work: Path, script: Path, answer: Path, way: list[str], rate: float) -
     done = subprocess.run(
         [sys.executable, "-m", "service", "collect", "--org", "bench", "--repo", "grow", "--workflow", "w", "--job", "j",
          "--spool-dir", str(work / "spool"), "--interval", "0.5", "--grow", "--grow-with", "cgroup",
-         "--answer", str(answer), *way, "--", sys.executable, str(script), str(TOTAL), str(rate), str(chunk)],
+         "--answer", str(answer), *way, "--", sys.executable, str(script), str(TOTAL), str(rate), str(chunk), "0"],
         capture_output=True, text=True, cwd=ROOT, timeout=300,
     )  # fmt: skip
     caught = done.returncode == 0

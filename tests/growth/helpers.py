@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +18,17 @@ from typing import Any
 import pytest
 
 from service.collector.mounts import own_cgroups
+from service.growth.cgroups import remove
 
 MIB = 1 << 20
 
 # A build: maps and touches (MAP_POPULATE: the kernel faults every page in) CHUNK MiB at a time up to
-# TOTAL MiB at RATE MiB/s (0: as fast as the kernel can), holds it all for HOLD seconds, and writes its
-# own peak resident set (VmHWM) to REPORT. Exit status 0 when it got there.
+# TOTAL MiB at RATE MiB/s (0: as fast as the kernel can), prints the rate it got, holds it all for HOLD
+# seconds, and writes its own peak resident set (VmHWM) to REPORT when given. Exit status 0 when it got
+# there. (bench/grow.py runs it too.)
 ALLOCATE = r"""
 import mmap, sys, time
-total, rate, chunk, hold, report = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+total, rate, chunk, hold = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
 blocks, done, t0 = [], 0, time.monotonic()
 while done < total:
     n = min(chunk, total - done)
@@ -35,9 +36,11 @@ while done < total:
     done += n
     if rate > 0:
         time.sleep(max(0.0, t0 + done / rate - time.monotonic()))
+print(done / (time.monotonic() - t0), flush=True)
 time.sleep(hold)
-hwm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-open(report, "w").write(str(hwm))
+if len(sys.argv) > 5:
+    hwm = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+    open(sys.argv[5], "w").write(str(hwm))
 """
 
 
@@ -108,12 +111,7 @@ def limited(name: str, limit: int) -> Iterator[Path]:
         (cg / "memory.limit_in_bytes").write_text(str(limit))
         yield cg
     finally:
-        for _ in range(100):  # the processes it held may still be exiting
-            try:
-                cg.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
+        remove(cg, wait=5.0)  # the processes it held may still be exiting
 
 
 def enter(cg: Path) -> list[str]:

@@ -5,6 +5,7 @@ from fastapi import APIRouter
 from service import health
 from service.backtests import router as backtests
 from service.ballast import router as ballast
+from service.growths import router as growths
 from service.jobs import router as jobs
 from service.observability import router as metrics
 from service.overrides import router as overrides
@@ -26,3 +27,4 @@ api_router.include_router(simulations.router)
 api_router.include_router(ballast.router)
 api_router.include_router(backtests.router)
 api_router.include_router(jobs.router)
+api_router.include_router(growths.router)

@@ -51,10 +51,10 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=1, le=65535)
     cpu_sizing_mode: Literal["observe", "enforce"] = "observe"
     memory_qos: Literal["guaranteed", "burstable"] = "guaranteed"
-    sizing_policy: Literal["seed", "efficient"] = Field(
+    sizing_policy: Literal["seed", "efficient", "growth"] = Field(
         default="seed",
-        description="the sizing policy of every job without a per-scope override: seed (rules S1-S17) or "
-        "efficient (rules E1-E9, docs/sizing.md)",
+        description="the sizing policy of every job without a per-scope override: seed (rules S1-S17), "
+        "efficient (rules E1-E9, docs/sizing.md) or growth (rule G8: efficient aimed at a typical peak)",
     )
     max_memory: int | None = Field(default=None, description="node ceiling in bytes (rule S15)")
     max_backoff_memory: int = Field(

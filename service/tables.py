@@ -105,6 +105,27 @@ class RunContainer(SQLModel, table=True):
     oom_suspect: bool = SQLField(sa_column=Column(Boolean(), nullable=False))
 
 
+class RunGrowth(SQLModel, table=True):
+    """One growth event of one container of a run (issue 40): the growth guard's attempt to raise the
+    container's memory limit in place, and its outcome. Stored with its run (and deleted with it)."""
+
+    __tablename__ = "run_growths"
+    # (run_pk, position, seq): one event once, and the index a run's events (and cascades) read by
+    __table_args__ = (UniqueConstraint("run_pk", "position", "seq", name="uq_run_growths_run_pk"),)
+
+    id: int | None = SQLField(default=None, sa_column=Column(PK, primary_key=True, autoincrement=True))
+    run_pk: int = SQLField(sa_column=Column(PK, ForeignKey("runs.id", ondelete="CASCADE"), nullable=False))
+    #: the container's position in its run (``run_containers.position``)
+    position: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    #: the event's place among the container's events, oldest first
+    seq: int = SQLField(sa_column=Column(Integer(), nullable=False))
+    at: datetime = SQLField(sa_column=Column(DateTime(), nullable=False))
+    from_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    to_bytes: int = SQLField(sa_column=Column(BigInteger(), nullable=False))
+    #: grown, deferred, infeasible, too_late or error
+    result: str = SQLField(sa_column=Column(String(16), nullable=False))
+
+
 class Override(SQLModel, table=True):
     """A pin at one scope; levels below the scope are stored as '' (names are never empty, I3)."""
 

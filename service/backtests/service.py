@@ -246,7 +246,7 @@ def pins_for(overrides: Sequence[Any], key: ScopeKey) -> tuple[int, ...]:
 def _columns(s: Series, code: int) -> tuple[Any, Any, Any]:
     """The ``clean`` and ``oom`` columns and the prior a policy reads (the efficient policy's own, E1, E6)."""
     c = s.columns
-    if code == core.POLICY_EFFICIENT:
+    if code in (core.POLICY_EFFICIENT, core.POLICY_GROWTH):  # G8 samples as E1
         return c["clean_e"], c["oom_e"], c["prior"]
     return c["clean"], c["oom"], None
 
@@ -260,8 +260,8 @@ def recommend_before(
     max_backoff_memory: int = 64 * core.GIB,
     code: int = core.POLICY_CI_SIZER,
 ) -> Any:
-    """The ci-sizer recommendation (``code``: the seed's or POLICY_EFFICIENT) for run ``i`` of a series
-    from the runs before it: the core's ``size_run``, with the columns and arguments the walk scores."""
+    """The ci-sizer recommendation (``code``: the seed's, POLICY_EFFICIENT or POLICY_GROWTH) for run ``i``
+    of a series from the runs before it: the core's ``size_run``, with the columns and arguments the walk scores."""
     c = s.columns
     clean, oom, prior = _columns(s, code)
     return core.size_run(
@@ -269,6 +269,14 @@ def recommend_before(
         c["mem_limit"], oom, c["pod_peak"], c["ceiling"][i], code, params.runs, params.buffer,
         params.memory_qos == "guaranteed", pins, max_backoff_memory, -1 if prior is None else prior[i],
     )  # fmt: skip
+
+
+def grow_before(s: Series, i: int, params: Params, limit: int, bound: int, *, code: int = core.POLICY_CI_SIZER) -> Any:
+    """Rules G3-G5 for run ``i`` of a series, as the live answer's ``grow`` block: the core's ``size_grow``
+    over ``window_peak`` (``limit``: the recommendation's memory limit, ``bound``: G2's)."""
+    c = s.columns
+    clean, _, _ = _columns(s, code)
+    return core.size_grow(limit, core.window_peak(i, clean, c["present"], c["mem_peak"], code, params.runs), bound)
 
 
 def _empty() -> list[float]:

@@ -18,6 +18,11 @@ from ._reference import (
     DEFAULT_MEMORY_BYTES,
     GIB,
     GROUP,
+    GROW_FACTOR,
+    GROW_MIN_BYTES,
+    GROW_STEP_DIVISOR,
+    GROW_THRESHOLD_MAX,
+    GROW_THRESHOLD_MIN,
     LARGEST_NODE,
     LEAST_ALLOCATED,
     LIMIT_AWARE,
@@ -26,6 +31,7 @@ from ._reference import (
     MAX_BYTES,
     MIB,
     MOST_ALLOCATED,
+    NO_GROW,
     NON_CI,
     OOM_KILLED,
     OOM_NEAR_LIMIT,
@@ -37,6 +43,7 @@ from ._reference import (
     POLICY_CI_SIZER,
     POLICY_EFFICIENT,
     POLICY_FIXED,
+    POLICY_GROWTH,
     POLICY_KRR,
     POLICY_RECORDED,
     POLICY_VPA,
@@ -67,7 +74,9 @@ if TYPE_CHECKING:
         score_nodes,
         six_stats,
         size_container,
+        size_grow,
         size_run,
+        window_peak,
     )
 
     BACKEND = "python"
@@ -88,7 +97,9 @@ else:
             score_nodes,
             six_stats,
             size_container,
+            size_grow,
             size_run,
+            window_peak,
         )
 
         BACKEND = "cython"
@@ -106,7 +117,9 @@ else:
             score_nodes,
             six_stats,
             size_container,
+            size_grow,
             size_run,
+            window_peak,
         )
 
         BACKEND = "python"
@@ -121,6 +134,11 @@ __all__ = [
     "DEFAULT_MEMORY_BYTES",
     "GIB",
     "GROUP",
+    "GROW_FACTOR",
+    "GROW_MIN_BYTES",
+    "GROW_STEP_DIVISOR",
+    "GROW_THRESHOLD_MAX",
+    "GROW_THRESHOLD_MIN",
     "LARGEST_NODE",
     "LEAST_ALLOCATED",
     "LIMIT_AWARE",
@@ -130,6 +148,7 @@ __all__ = [
     "MIB",
     "MOST_ALLOCATED",
     "NON_CI",
+    "NO_GROW",
     "OOM_KILLED",
     "OOM_NEAR_LIMIT",
     "OOM_NONE",
@@ -140,6 +159,7 @@ __all__ = [
     "POLICY_CI_SIZER",
     "POLICY_EFFICIENT",
     "POLICY_FIXED",
+    "POLICY_GROWTH",
     "POLICY_KRR",
     "POLICY_RECORDED",
     "POLICY_VPA",
@@ -164,5 +184,7 @@ __all__ = [
     "score_nodes",
     "six_stats",
     "size_container",
+    "size_grow",
     "size_run",
+    "window_peak",
 ]

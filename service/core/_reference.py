@@ -575,6 +575,7 @@ POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU li
 POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
 POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
 POLICY_EFFICIENT = 5  # rules E1-E9 (docs/sizing.md), then the pins
+POLICY_GROWTH = 6  # rule G8: E1-E9 with the memory limit at a typical peak (growth covers the rest), then the pins
 
 #: ``clean`` column: the run is clean (rule S2); OOM-suspect only by S1's 95 % clause (no container
 #: was killed); otherwise (a container was killed or reported OOM). Booleans read as CLEAN / KILLED.
@@ -590,6 +591,8 @@ OOM_KILLED = 2
 #: rule E3: the margin over the highest peak, in percent
 EFFICIENT_MARGIN_PCT = 5
 EFFICIENT_LEARNING_MARGIN_PCT = 20
+#: rule G8: the growth policy's confident memory need is this quantile of the analysed peaks, in quarters (p75)
+GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
 EFFICIENT_MIN_WINDOW = 20
 #: rule E6: the first-run prior is used once this many of the org's jobs have a sample
@@ -707,9 +710,11 @@ def _efficient(
     guaranteed: bool,
     backoff_ceiling: int,
     prior: int,
+    growth: bool = False,
 ) -> tuple[int, int, int, int, float, int, bool]:
     """Rules E3-E9 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
-    mem_observed, capped)``; ``analysed`` the window's samples (E2), the container present in each."""
+    mem_observed, capped)``; ``analysed`` the window's samples (E2), the container present in each.
+    ``growth``: rule G8, the confident memory need at the analysed peaks' p75 instead of their highest."""
     if samples == 0:
         cpu_request = cpu_limit = DEFAULT_CPU_MILLICORES  # E7: CPU as S7
         limit = DEFAULT_MEMORY_BYTES if prior < 0 else prior  # E6
@@ -720,7 +725,7 @@ def _efficient(
         mem_observed = max(mem_peak[j] for j in analysed)
         cpu_request = max(CPU_REQUEST_FLOOR, ceil_tolerant(cpu_observed))  # E7: no buffer on the request
         cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))  # E7
-        need = mem_observed
+        need = _quarter_quantile([mem_peak[j] for j in analysed]) if growth and samples > 2 else mem_observed  # G8
         pod = max(pod_peak[j] for j in analysed)
         if pod < need:
             need = pod  # E4: never above the pod's own peak
@@ -735,6 +740,17 @@ def _efficient(
         capped = True
     request = limit if guaranteed else min(request, limit)  # E9: S16 as the seed
     return cpu_request, cpu_limit, request, limit, cpu_observed, mem_observed, capped
+
+
+def _quarter_quantile(values: list[int]) -> int:
+    """Rule G8: the GROWTH_QUANTILE_QUARTERS/4 quantile of ``values`` with I2's interpolation, in
+    integers (rounded up to a whole byte), so both cores agree to the byte."""
+    xs = sorted(values)
+    h4 = (len(xs) - 1) * GROWTH_QUANTILE_QUARTERS  # four times I2's h
+    lo = h4 // 4
+    if lo + 1 >= len(xs):
+        return xs[lo]
+    return xs[lo] + -(-(h4 - 4 * lo) * (xs[lo + 1] - xs[lo]) // 4)
 
 
 def _newest_samples(i: int, clean: Sequence[int], efficient: bool, runs: int) -> tuple[list[int], int]:
@@ -761,7 +777,7 @@ def analysed_runs(i: int, clean: Sequence[int], policy: int, runs: int) -> list[
         raise ValueError(f"run index {i} outside 0..{len(clean)}")
     if runs < 1:
         raise ValueError("runs must be at least 1")
-    return _newest_samples(i, clean, policy == POLICY_EFFICIENT, runs)[0]
+    return _newest_samples(i, clean, policy in (POLICY_EFFICIENT, POLICY_GROWTH), runs)[0]
 
 
 def size_run(
@@ -812,9 +828,9 @@ def size_run(
     if policy == POLICY_FIXED:
         d_cpu, d_mem = DEFAULT_CPU_MILLICORES, DEFAULT_MEMORY_BYTES
         return Sized(PHASE_UNKNOWN, d_cpu, d_cpu, d_mem, d_mem, 0, 0, 0, 0, -1.0, -1, 0, 1, False)
-    if policy not in (POLICY_CI_SIZER, POLICY_KRR, POLICY_VPA, POLICY_EFFICIENT):
+    if policy not in (POLICY_CI_SIZER, POLICY_KRR, POLICY_VPA, POLICY_EFFICIENT, POLICY_GROWTH):
         raise ValueError(f"unknown policy {policy}")
-    efficient = policy == POLICY_EFFICIENT
+    efficient = policy in (POLICY_EFFICIENT, POLICY_GROWTH)  # G8: the growth policy is efficient's but for E3
     newest, samples = _newest_samples(i, clean, efficient, runs)
     phase = PHASE_UNKNOWN if samples == 0 else PHASE_LEARNING if samples <= 2 else PHASE_CONFIDENT
     analysed = [j for j in newest if present[j]]
@@ -846,7 +862,7 @@ def size_run(
     if efficient:
         c_req, c_lim, m_req, m_lim, cpu_observed, mem_observed, capped = _efficient(
             analysed, present, cpu_stat, mem_peak, pod_peak, samples, k, streak_limit, ceiling, buffer_pct,
-            guaranteed, backoff_ceiling, prior,
+            guaranteed, backoff_ceiling, prior, policy == POLICY_GROWTH,
         )  # fmt: skip
     else:
         if phase == PHASE_UNKNOWN:
@@ -899,6 +915,72 @@ def prior_read(state: Sequence[int]) -> int:
     if jobs < PRIOR_MIN_JOBS or top < 0:
         return -1
     return min(DEFAULT_MEMORY_BYTES, _with_margin(top, EFFICIENT_MARGIN_PCT))
+
+
+# --------------------------------------------------------------------------- growth (issue 40)
+# Rules G2-G5 of docs/sizing.md: how far, from when and by how much a running build's memory limit may
+# be raised in place before the kernel kills it (the answer's ``grow`` block). The caller decides G1
+# (a pinned memory value never grows) and gives G2's bound (the node ceiling, else the backoff bound,
+# then the runner ceiling).
+
+#: rule G3: the most a run may grow to is this many times the larger of its limit and the window's peak
+GROW_FACTOR = 2
+#: rule G4: the threshold leaves at least GROW_MIN_BYTES of the limit above it, and at least 10 %
+GROW_MIN_BYTES = 64 * MIB
+GROW_THRESHOLD_MIN = 50
+GROW_THRESHOLD_MAX = 90
+#: rule G5: each growth is at least this share of the limit (a quarter), and at least GROW_MIN_BYTES
+GROW_STEP_DIVISOR = 4
+#: ``size_grow`` when the container must not grow (rule G1: its maximum would not exceed its limit)
+NO_GROW = (-1, 0, 0)
+
+
+def window_peak(
+    i: int, clean: Sequence[int], present: Sequence[int], mem_peak: Sequence[int], policy: int, runs: int
+) -> int:
+    """Rule G3's P: the highest memory peak the container reported before run ``i`` over the runs S13's
+    streak is counted over (from the oldest analysed sample on, every run: killed, near-limit and grown
+    runs included; every run before ``i`` when there is no sample), or -1 when it reported none."""
+    if not 0 <= i <= len(clean):
+        raise ValueError(f"run index {i} outside 0..{len(clean)}")
+    if len(present) != len(clean) or len(mem_peak) != len(clean):
+        raise ValueError("the columns differ in length")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    newest = _newest_samples(i, clean, policy in (POLICY_EFFICIENT, POLICY_GROWTH), runs)[0]
+    start = newest[-1] if newest else 0
+    top = -1
+    for j in range(start, i):
+        if present[j] and mem_peak[j] > top:
+            top = mem_peak[j]
+    return top
+
+
+def size_grow(limit: int, peak: int, bound: int) -> tuple[int, int, int]:
+    """Rules G3-G5 for one container: ``(max_bytes, threshold_percent, step_bytes)``, or ``NO_GROW``.
+
+    ``limit`` the answer's memory limit (bytes; -1: no recommendation), ``peak`` G3's P (``window_peak``;
+    -1: none), ``bound`` G2's bound (-1: none).
+
+    - G3: max = min(bound, GROW_FACTOR x max(limit, peak) up to a whole MiB); no growth unless max > limit.
+    - G4: threshold = 100 - ceil(100 x 64Mi / limit), within 50..90 (at least 64Mi and 10 % of headroom).
+    - G5: step = max(limit / 4 up to a whole MiB, 64Mi), at most max - limit.
+    """
+    if limit <= 0:
+        return NO_GROW
+    top = limit if limit > peak else peak
+    if top > MAX_BYTES // GROW_FACTOR:
+        raw = MAX_BYTES
+    else:
+        raw = -(-top * GROW_FACTOR // MIB) * MIB
+    most = raw if bound < 0 or raw < bound else bound
+    if most <= limit:
+        return NO_GROW
+    threshold = 100 - -(-100 * GROW_MIN_BYTES // limit)
+    threshold = min(GROW_THRESHOLD_MAX, max(GROW_THRESHOLD_MIN, threshold))
+    step = max(-(-limit // (GROW_STEP_DIVISOR * MIB)) * MIB, GROW_MIN_BYTES)
+    step = min(step, most - limit)
+    return most, threshold, step
 
 
 # --------------------------------------------------------------------------- backtest

@@ -875,6 +875,7 @@ POLICY_KRR = 2
 POLICY_VPA = 3
 POLICY_RECORDED = 4
 POLICY_EFFICIENT = 5
+POLICY_GROWTH = 6
 RUN_KILLED = 0
 RUN_CLEAN = 1
 RUN_NEAR_LIMIT = 2
@@ -885,6 +886,8 @@ cdef long long _EFFICIENT_MARGIN_PCT = 5
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
 cdef long long _PRIOR_MIN_JOBS = 3
+cdef long long _GROWTH_QUANTILE_QUARTERS = 3
+GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
 EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
 EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
@@ -930,6 +933,23 @@ cdef struct _Out:
     long long k
     long long factor
     bint capped
+
+
+cdef int _cmp_longlong(const void* a, const void* b) noexcept nogil:
+    cdef long long x = (<const long long*>a)[0]
+    cdef long long y = (<const long long*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef long long _quarter_quantile(long long* xs, Py_ssize_t n) noexcept nogil:
+    """Rule G8: the GROWTH_QUANTILE_QUARTERS/4 quantile of ``xs[0..n-1]`` (sorted in place), in integers
+    (see ``_reference._quarter_quantile``)."""
+    qsort(xs, n, sizeof(long long), _cmp_longlong)
+    cdef long long h4 = (n - 1) * _GROWTH_QUANTILE_QUARTERS
+    cdef Py_ssize_t lo = <Py_ssize_t>(h4 // 4)
+    if lo + 1 >= n:
+        return xs[lo]
+    return xs[lo] + ((h4 - 4 * lo) * (xs[lo + 1] - xs[lo]) + 3) // 4
 
 
 cdef double _sorted_quantile(double* xs, Py_ssize_t n, double q) noexcept nogil:
@@ -1001,8 +1021,8 @@ cdef void _size_run(
     const long long* pins, long long backoff_ceiling, long long prior, long long* newest, double* win, _Out* out,
 ) noexcept:
     """``_reference.size_run`` over C arrays; ``newest`` and ``win`` hold at least
-    ``max(runs, EFFICIENT_MIN_WINDOW)`` entries."""
-    cdef bint efficient = policy == 5
+    ``max(runs, EFFICIENT_MIN_WINDOW)`` entries (``newest`` twice that: G8's peaks after the indices)."""
+    cdef bint efficient = policy == 5 or policy == 6
     cdef Py_ssize_t window = runs
     cdef Py_ssize_t m = 0, count = 0, a, j, start
     cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_
@@ -1099,7 +1119,17 @@ cdef void _size_run(
             if cpu_request < 10:
                 cpu_request = 10
             cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))
-            need = mem_observed if mem_observed < pod else pod
+            need = mem_observed
+            if policy == 6 and samples > 2:  # G8: the analysed peaks' p75, sorted after the indices
+                m = 0
+                for a in range(count):
+                    j = <Py_ssize_t>newest[a]
+                    if c.present[j]:
+                        newest[count + m] = c.mem[j]
+                        m += 1
+                need = _quarter_quantile(&newest[count], m)
+            if pod < need:
+                need = pod
             request = (need + MIB - 1) // MIB * MIB
             if request < 32 * MIB:
                 request = 32 * MIB
@@ -1217,13 +1247,13 @@ def size_run(
     if policy == 1:
         _fixed(&out, 0, 500, 500, 4 * GIB)
         return _sized(&out)
-    if policy not in (0, 2, 3, 5):
+    if policy not in (0, 2, 3, 5, 6):
         raise ValueError(f"unknown policy {policy}")
     cdef long long pin[8]
     for f in range(8):
         pin[f] = pins[f]
     cdef Py_ssize_t size = runs if runs > _EFFICIENT_MIN_WINDOW else _EFFICIENT_MIN_WINDOW
-    newest_buf = array("q", bytes(8 * size))
+    newest_buf = array("q", bytes(16 * size))
     win_buf = array("d", bytes(8 * size))
     cdef long long[::1] newest = newest_buf
     cdef double[::1] win = win_buf
@@ -1243,7 +1273,7 @@ def analysed_runs(Py_ssize_t i, clean, int policy, int runs):
         raise ValueError(f"run index {i} outside 0..{n}")
     if runs < 1:
         raise ValueError("runs must be at least 1")
-    cdef bint efficient = policy == 5
+    cdef bint efficient = policy == 5 or policy == 6
     cdef Py_ssize_t window = runs
     if efficient and window < _EFFICIENT_MIN_WINDOW:
         window = _EFFICIENT_MIN_WINDOW
@@ -1278,6 +1308,73 @@ def prior_read(state):
         return -1
     limit = _with_margin(top, _EFFICIENT_MARGIN_PCT)
     return limit if limit < 4 * GIB else 4 * GIB
+
+
+# --------------------------------------------------------------------------- growth (issue 40)
+
+GROW_FACTOR = 2
+GROW_MIN_BYTES = 64 * MIB
+GROW_THRESHOLD_MIN = 50
+GROW_THRESHOLD_MAX = 90
+GROW_STEP_DIVISOR = 4
+NO_GROW = (-1, 0, 0)
+
+
+def window_peak(Py_ssize_t i, clean, present, mem_peak, int policy, int runs):
+    """Rule G3's P before run ``i`` (see ``_reference.window_peak``)."""
+    cdef const long long[::1] c_clean = _int64(clean)
+    cdef const long long[::1] c_present = _int64(present)
+    cdef const long long[::1] c_mem = _int64(mem_peak)
+    cdef Py_ssize_t n = c_clean.shape[0]
+    if not 0 <= i <= n:
+        raise ValueError(f"run index {i} outside 0..{n}")
+    if c_present.shape[0] != n or c_mem.shape[0] != n:
+        raise ValueError("the columns differ in length")
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
+    cdef bint efficient = policy == 5 or policy == 6
+    cdef Py_ssize_t window = runs
+    if efficient and window < _EFFICIENT_MIN_WINDOW:
+        window = _EFFICIENT_MIN_WINDOW
+    cdef Py_ssize_t j = i - 1, count = 0, start = 0
+    cdef long long samples = 0, top = -1
+    while j >= 0 and (count < window or samples < 3):  # the analysed samples, as _size_run finds them
+        if c_clean[j] == 1 or (efficient and c_clean[j] == 2):
+            if count < window:
+                start = j
+                count += 1
+            samples += 1
+        j -= 1
+    for j in range(start, i):
+        if c_present[j] and c_mem[j] > top:
+            top = c_mem[j]
+    return top
+
+
+def size_grow(long long limit, long long peak, long long bound):
+    """Rules G3-G5 for one container (see ``_reference.size_grow``)."""
+    if limit <= 0:
+        return NO_GROW
+    cdef long long top = limit if limit > peak else peak
+    cdef long long raw, most, threshold, step
+    if top > MAX_BYTES // 2:
+        raw = MAX_BYTES
+    else:
+        raw = (top * 2 + MIB - 1) // MIB * MIB
+    most = raw if (bound < 0 or raw < bound) else bound
+    if most <= limit:
+        return NO_GROW
+    threshold = 100 - (100 * 64 * MIB + limit - 1) // limit
+    if threshold < 50:
+        threshold = 50
+    if threshold > 90:
+        threshold = 90
+    step = (limit + 4 * MIB - 1) // (4 * MIB) * MIB
+    if step < 64 * MIB:
+        step = 64 * MIB
+    if step > most - limit:
+        step = most - limit
+    return most, threshold, step
 
 
 # --------------------------------------------------------------------------- backtest
@@ -1320,14 +1417,14 @@ def backtest_walk(
         raise ValueError("the columns differ in length")
     if runs < 1:
         raise ValueError("runs must be at least 1")
-    if policy not in (0, 1, 2, 3, 4, 5):
+    if policy not in (0, 1, 2, 3, 4, 5, 6):
         raise ValueError(f"unknown policy {policy}")
     cdef bint has_prior = prior is not None
     cdef long long pin[8]
     for f in range(8):
         pin[f] = pins[f]
     cdef Py_ssize_t size = runs if runs > _EFFICIENT_MIN_WINDOW else _EFFICIENT_MIN_WINDOW
-    newest_buf = array("q", bytes(8 * size))
+    newest_buf = array("q", bytes(16 * size))
     win_buf = array("d", bytes(8 * size))
     cdef long long[::1] newest = newest_buf
     cdef double[::1] win = win_buf

@@ -64,6 +64,11 @@ OOM_SUSPECT_RUNS = Counter(
     "ci_sizer_oom_suspect_runs_total",
     "Newly stored runs that were OOM-suspect (rule S1).",
 )
+GROWTHS = Counter(
+    "ci_sizer_growths_total",
+    "Growth events stored with newly stored runs (issue 40), by result: grown, deferred, infeasible, too_late, error.",
+    ["result"],
+)
 RECOMMENDATIONS = Counter(
     "ci_sizer_recommendations_total",
     "Sizing answers served, by phase and override scope.",
@@ -156,6 +161,7 @@ EXPORTED = (
     HTTP_DURATION,
     RUNS_INGESTED,
     OOM_SUSPECT_RUNS,
+    GROWTHS,
     RECOMMENDATIONS,
     CORE_DURATION,
     DATABASE_ERRORS,
@@ -222,6 +228,9 @@ RUNS_CREATED = RUNS_INGESTED.labels(result="created")
 SIX_STATS_DURATION = CORE_DURATION.labels(operation="six_stats")
 SIZE_JOB_DURATION = CORE_DURATION.labels(operation="size_job")
 RECOMMENDED = {(p, s): RECOMMENDATIONS.labels(phase=p, override_scope=s) for p in PHASES for s in OVERRIDE_SCOPES}
+#: issue 40: ``ci_sizer_growths_total`` by result, each series created (at 0) here
+GROWTH_RESULTS = ("grown", "deferred", "infeasible", "too_late", "error")
+GROWN = {result: GROWTHS.labels(result=result) for result in GROWTH_RESULTS}
 
 
 def set_build_info(core_backend: str) -> None:

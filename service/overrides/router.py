@@ -46,7 +46,7 @@ class OverridePut(BaseModel):
     memory_limit: str | None = Field(default=None, max_length=64, examples=["8Gi"])
     reason: str | None = Field(default=None, max_length=2000)
     expires_at: Timestamp | None = None
-    sizing_policy: Literal["seed", "efficient"] | None = Field(
+    sizing_policy: Literal["seed", "efficient", "growth"] | None = Field(
         default=None, description="the sizing policy at this scope; null inherits from the scope above"
     )
 
@@ -70,7 +70,7 @@ class OverridePublic(BaseModel):
     memory_request_bytes: int | None
     memory_limit: str | None
     memory_limit_bytes: int | None
-    sizing_policy: Literal["seed", "efficient"] | None
+    sizing_policy: Literal["seed", "efficient", "growth"] | None
     reason: str | None
     expires_at: str | None
     expired: bool

@@ -13,7 +13,9 @@ answers as it always does (through the shared problem+json handlers):
 - a body the worker process should reduce (``bodies.MIN_BYTES`` and over), or one that does not
   parse or validate (422), a caller without a valid ingest token or not allowed the org (401/403),
   timestamps outside the allowed window (422);
-- a run already stored: the route reads it back and answers 200 (same content) or 409 (rule I4).
+- a run already stored: the route reads it back and answers 200 (same content) or 409 (rule I4);
+- a run with growth events (issue 40): the route stores them in ``run_growths`` with the run (rare:
+  only runs the growth guard acted on carry any), so the statement stays as it is for every other run.
 
 What it answers itself: 201 with the stored run (the route's body), or 503 with ``Retry-After``
 when the database fails or does not commit within the ingest timeout (nothing half-written). After
@@ -223,6 +225,8 @@ class FastRuns:
         except (ServiceError, ValidationError, orjson.JSONDecodeError):
             return None
         if not principal.may_access_org(run.org):
+            return None
+        if any(c.growths for c in run.containers):  # growth events (issue 40) are stored by the route
             return None
         if runs_service.time_errors(run, now=utcnow(), **_window(self.state.settings)):
             return None

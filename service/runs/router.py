@@ -31,7 +31,7 @@ from service.errors import (
     validation_errors,
 )
 from service.keys import ScopeKey
-from service.observability.metrics import OOM_SUSPECT_RUNS, RUNS_INGESTED
+from service.observability.metrics import GROWN, OOM_SUSPECT_RUNS, RUNS_INGESTED
 from service.runs import bodies
 from service.runs import service as runs_service
 from service.runs.schemas import BatchItemPublic, RunCreate, RunPublic, RunsBatchCreate, RunsBatchPublic
@@ -134,6 +134,8 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     RUNS_INGESTED.labels(result=done.run.result).inc()
     if done.run.result == "created" and not done.run.clean:
         OOM_SUSPECT_RUNS.inc()
+    for result in done.growths:  # issue 40: the events of a newly stored (committed) run, once
+        GROWN[result].inc()
     return done.run
 
 

@@ -4,6 +4,7 @@ shape of any table."""
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import pairwise
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -37,6 +38,38 @@ class CpuStats(Strict):
         return self
 
 
+GrowthResult = Literal["grown", "deferred", "infeasible", "too_late", "error"]
+GROWTH_RESULTS: tuple[GrowthResult, ...] = ("grown", "deferred", "infeasible", "too_late", "error")
+#: the most growth events one container may report in one run (GROWTH-CONTRACT.md section 2)
+MAX_GROWTHS = 100
+GrowthBytes = Annotated[int, Field(strict=True, ge=1, le=MAX_MEMORY_BYTES)]
+
+
+class GrowthCreate(Strict):
+    """One attempt of the growth guard (``ci-sizer collect --grow``) to raise a running container's memory
+    limit (issue 40): ``grown`` raised it from ``from_bytes`` to ``to_bytes``; ``deferred`` and
+    ``infeasible`` (Kubernetes' PodResizePending reasons) and ``error`` left it at ``from_bytes``, having
+    asked for ``to_bytes``; ``too_late``: the kernel killed the container before a growth took effect."""
+
+    at: Timestamp
+    from_bytes: GrowthBytes
+    to_bytes: GrowthBytes = Field(description="what the limit became (grown), else what was asked")
+    result: GrowthResult
+
+    @field_validator("at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return to_naive_utc(value)
+
+    @model_validator(mode="after")
+    def _upward(self) -> GrowthCreate:
+        if self.to_bytes < self.from_bytes:
+            raise ValueError("to_bytes must not be below from_bytes (a growth only raises a limit)")
+        if self.result == "grown" and self.to_bytes == self.from_bytes:
+            raise ValueError("a grown event raises the limit: to_bytes must be above from_bytes")
+        return self
+
+
 class ContainerCreate(Strict):
     name: Name
     cpu_samples_millicores: list[CpuValue] | None = Field(default=None, min_length=1, max_length=100_000)
@@ -48,12 +81,25 @@ class ContainerCreate(Strict):
     )
     oom_killed: Annotated[bool, Field(strict=True)] | None = None
     oom_kill_events: Annotated[int, Field(strict=True, ge=0, le=2**31 - 1)] | None = None
+    growths: list[GrowthCreate] | None = Field(
+        default=None,
+        max_length=MAX_GROWTHS,
+        description="the growth guard's events, oldest first (issue 40); memory_limit_bytes is then the limit "
+        "the container ended with",
+    )
 
     @model_validator(mode="after")
     def _one_cpu_source(self) -> ContainerCreate:
         if (self.cpu_samples_millicores is None) == (self.cpu_stats_millicores is None):
             raise ValueError("give exactly one of cpu_samples_millicores or cpu_stats_millicores")
         return self
+
+    @field_validator("growths")
+    @classmethod
+    def _growths_in_order(cls, value: list[GrowthCreate] | None) -> list[GrowthCreate] | None:
+        if value and any(b.at < a.at for a, b in pairwise(value)):
+            raise ValueError("must be in the order they happened (at never decreasing)")
+        return value
 
 
 class RunCreate(Strict):
@@ -94,11 +140,21 @@ class CpuStatsPublic(BaseModel):
     avg: float
 
 
+class GrowthPublic(BaseModel):
+    at: str
+    from_bytes: int
+    to_bytes: int
+    result: GrowthResult
+
+
 class RunContainerPublic(BaseModel):
     name: str
     cpu_stats_millicores: CpuStatsPublic
     memory_peak_bytes: int
     oom_suspect: bool
+    growths: list[GrowthPublic] = Field(
+        default_factory=list, description="the growth events stored with the container, oldest first (issue 40)"
+    )
 
 
 class RunPublic(BaseModel):

@@ -22,7 +22,7 @@ from service.observability.metrics import SIX_STATS_DURATION
 from service.runs.schemas import ContainerCreate, RunCreate, RunPublic
 from service.sizing import priors
 from service.sizing import state as job_state
-from service.tables import Job, Run, RunContainer
+from service.tables import Job, Run, RunContainer, RunGrowth
 from service.wire import STAT_NAMES, to_rfc3339, utcnow
 
 Result = Literal["created", "duplicate"]
@@ -34,12 +34,19 @@ def is_oom_suspect(
     memory_limit_bytes: int | None,
     oom_killed: bool | None,
     oom_kill_events: int | None,
+    grew: bool = False,
+    too_late: bool = False,
 ) -> bool:
-    """Rule S1 (the 95% test in integers: peak >= 0.95 * limit  <=>  20 * peak >= 19 * limit)."""
-    if oom_killed:
+    """Rule S1 (the 95% test in integers: peak >= 0.95 * limit  <=>  20 * peak >= 19 * limit), with
+    growth (docs/sizing.md): a ``too_late`` growth event is a kill (G7); a container that grew (a
+    ``grown`` event) and was not killed is not suspect by the 95 % clause (G6): it ended near the limit
+    it grew to, which the guard raised ahead of its use, and its peak is a real sample."""
+    if oom_killed or too_late:
         return True
     if oom_kill_events is not None and oom_kill_events > 0:
         return True
+    if grew:
+        return False
     return memory_limit_bytes is not None and 20 * memory_peak_bytes >= 19 * memory_limit_bytes
 
 
@@ -85,18 +92,36 @@ class PreparedRun:
     containers: list[dict[str, Any]]  # RunContainer columns, without run_pk
     clean: bool
     content_hash: str
+    #: RunGrowth columns, without run_pk: the growth events of every container (issue 40)
+    growths: tuple[dict[str, Any], ...] = ()
 
 
 def prepare(body: RunCreate) -> PreparedRun:
     containers: list[dict[str, Any]] = []
     canonical: list[dict[str, Any]] = []
+    growths: list[dict[str, Any]] = []
     for position, c in enumerate(body.containers):
         stats = reduce_cpu(c)
+        events = c.growths or []
+        too_late = any(e.result == "too_late" for e in events)
         suspect = is_oom_suspect(
             memory_peak_bytes=c.memory_peak_bytes,
             memory_limit_bytes=c.memory_limit_bytes,
             oom_killed=c.oom_killed,
             oom_kill_events=c.oom_kill_events,
+            grew=any(e.result == "grown" for e in events),
+            too_late=too_late,
+        )
+        growths += (
+            {
+                "position": position,
+                "seq": seq,
+                "at": e.at,
+                "from_bytes": e.from_bytes,
+                "to_bytes": e.to_bytes,
+                "result": e.result,
+            }
+            for seq, e in enumerate(events)
         )
         containers.append(
             {
@@ -106,7 +131,9 @@ def prepare(body: RunCreate) -> PreparedRun:
                 "memory_peak_bytes": c.memory_peak_bytes,
                 "memory_limit_bytes": c.memory_limit_bytes,
                 "cpu_request_millicores": c.cpu_request_millicores,
-                "oom_killed": c.oom_killed,
+                # G7: a too_late event is the collector's report of a kill: stored as one, so every count of
+                # kills (E1's samples, the OOM streak, the jobs list) sees it whatever the flags said
+                "oom_killed": True if too_late else c.oom_killed,
                 "oom_kill_events": c.oom_kill_events,
                 "oom_suspect": suspect,
             }
@@ -121,6 +148,8 @@ def prepare(body: RunCreate) -> PreparedRun:
         }
         if c.cpu_request_millicores is not None:  # only when given: runs stored before it keep their hash
             doc["cpu_request_millicores"] = c.cpu_request_millicores
+        if events:  # I4: the events are part of the run's content (only when given, as above)
+            doc["growths"] = [[to_rfc3339(e.at), e.from_bytes, e.to_bytes, e.result] for e in events]
         canonical.append(doc)
     document = {
         "started_at": to_rfc3339(body.started_at),
@@ -131,13 +160,15 @@ def prepare(body: RunCreate) -> PreparedRun:
     }
     digest = hashlib.sha256(orjson.dumps(document, option=orjson.OPT_SORT_KEYS)).hexdigest()
     clean = not any(c["oom_suspect"] for c in containers)  # rule S2
-    return PreparedRun(body=body, containers=containers, clean=clean, content_hash=digest)
+    return PreparedRun(body=body, containers=containers, clean=clean, content_hash=digest, growths=tuple(growths))
 
 
 def run_document(body: RunCreate, run: Any, containers: list[Any], result: Result) -> dict[str, Any]:
     """The run as answered (``RunPublic``'s fields, in its order) as plain values: the route
     validates it into the model, the one-statement POST writes it as JSON as it is. ``run`` and
-    ``containers``: rows or models with the Run and RunContainer columns."""
+    ``containers``: rows or models with the Run and RunContainer columns. The growth events are the
+    body's: a stored run's are the same content (I4)."""
+    events = {c.name: c.growths for c in body.containers if c.growths}
     return {
         "org": body.org,
         "repo": body.repo,
@@ -154,6 +185,10 @@ def run_document(body: RunCreate, run: Any, containers: list[Any], result: Resul
                 "cpu_stats_millicores": {k: getattr(c, f"cpu_{k}") for k in STAT_NAMES},
                 "memory_peak_bytes": c.memory_peak_bytes,
                 "oom_suspect": c.oom_suspect,
+                "growths": [
+                    {"at": to_rfc3339(e.at), "from_bytes": e.from_bytes, "to_bytes": e.to_bytes, "result": e.result}
+                    for e in events.get(c.name, ())
+                ],
             }
             for c in containers
         ],
@@ -182,6 +217,7 @@ _STORED_CONTAINERS = (
     select(_containers).where(_containers.c.run_pk == bindparam("run_pk")).order_by(_containers.c.position)
 )
 _NEW_CONTAINERS = insert(_containers)
+_NEW_GROWTHS = insert(RunGrowth.__table__)  # type: ignore[attr-defined]
 
 
 def _new_run(dialect: str) -> Any:
@@ -236,6 +272,9 @@ async def job_id_for(*, session: AsyncSession, job_ids: JobIds, org: str, repo: 
 class Ingested:
     run: RunPublic
     job_id: int
+    #: the result of each growth event newly stored with the run (none for a duplicate): what
+    #: ``ci_sizer_growths_total`` counts once the run is committed
+    growths: tuple[str, ...] = ()
 
 
 async def _ingest_once(session: AsyncSession, prepared: PreparedRun, job_ids: JobIds) -> Ingested:
@@ -266,12 +305,14 @@ async def _ingest_once(session: AsyncSession, prepared: PreparedRun, job_ids: Jo
         return Ingested(run_public(body, existing, stored, "duplicate"), job_id)
     containers = [{"run_pk": run_pk, **row} for row in prepared.containers]
     await conn.execute(_NEW_CONTAINERS, containers)
+    if prepared.growths:  # issue 40: the growth events, in the run's transaction
+        await conn.execute(_NEW_GROWTHS, [{"run_pk": run_pk, **g} for g in prepared.growths])
     rows: list[Any] = [SimpleNamespace(**c) for c in containers]
     # the job's build-path state (PostgreSQL), before the org's prior: the fast path's lock order
     await job_state.rebuild(conn=conn, job_ids=[job_id])
     await priors.record(conn=conn, org=body.org, job_id=job_id, run_pk=run_pk, clean=prepared.clean, containers=rows)
     run = SimpleNamespace(**values, id=run_pk)
-    return Ingested(run_public(body, run, rows, "created"), job_id)
+    return Ingested(run_public(body, run, rows, "created"), job_id, tuple(g["result"] for g in prepared.growths))
 
 
 async def ingest(

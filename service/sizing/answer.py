@@ -9,7 +9,7 @@ from typing import Any, Literal
 Phase = Literal["unknown", "learning", "confident"]
 Source = Literal["algorithm", "org", "repo", "workflow", "job"]
 OverrideScope = Literal["job", "workflow", "repo", "org", "global"]
-SizingPolicy = Literal["seed", "efficient"]
+SizingPolicy = Literal["seed", "efficient", "growth"]
 
 
 @dataclass(slots=True)
@@ -57,6 +57,17 @@ class RunnerCeiling:
 
 
 @dataclass(slots=True)
+class Grow:
+    """How far a run may grow in place (rules G1-G5, docs/sizing.md): the guard reads these three."""
+
+    max: str
+    max_bytes: int
+    threshold_percent: int
+    step: str
+    step_bytes: int
+
+
+@dataclass(slots=True)
 class Container:
     name: str
     cpu: Cpu
@@ -65,6 +76,8 @@ class Container:
     oom: Oom
     #: present when runner ceilings are configured for the org
     runner_ceiling: RunnerCeiling | None = None
+    #: None: this container must not grow (rule G1)
+    grow: Grow | None = None
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -93,6 +106,18 @@ class Container:
         }
         if self.runner_ceiling is not None:
             out["runner_ceiling"] = {"capped": self.runner_ceiling.capped, "fields": list(self.runner_ceiling.fields)}
+        g = self.grow
+        out["grow"] = (
+            None
+            if g is None
+            else {
+                "max": g.max,
+                "max_bytes": g.max_bytes,
+                "threshold_percent": g.threshold_percent,
+                "step": g.step,
+                "step_bytes": g.step_bytes,
+            }
+        )
         return out
 
 
@@ -152,7 +177,7 @@ class Answer:
         """The type from the wire shape (``as_dict``'s inverse)."""
 
         def container(c: dict[str, Any]) -> Container:
-            cpu, memory, ceiling = c["cpu"], c["memory"], c.get("runner_ceiling")
+            cpu, memory, ceiling, grow = c["cpu"], c["memory"], c.get("runner_ceiling"), c.get("grow")
             return Container(
                 name=c["name"],
                 cpu=Cpu(**{**cpu, "source": Sources(**cpu["source"])}),
@@ -160,6 +185,7 @@ class Answer:
                 observed=Observed(**c["observed"]),
                 oom=Oom(**c["oom"]),
                 runner_ceiling=None if ceiling is None else RunnerCeiling(**ceiling),
+                grow=None if grow is None else Grow(**grow),
             )
 
         return cls(

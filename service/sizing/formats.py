@@ -155,8 +155,26 @@ def _yaml(answer: Answer, doc: Any) -> tuple[str, str]:
     return YAML, (DEGRADED_COMMENT + text if _degraded(answer) else text)
 
 
+#: issue 40: a container the answer lets grow (``grow`` not null) states that resizing its CPU or memory
+#: in place needs no restart (Kubernetes' default, stated so a pod template cannot have turned it off).
+#: Written where the runner's merge keeps the field: ``k8s``, ``argo`` (ApplyPodSpecPatch), ``buildkite``
+#: (PatchPodSpec: strategic merges of the PodSpec, whose resizePolicy is an atomic list), ``jenkins``
+#: (PodTemplateUtils.combine builds the container from the yaml's), ``arc`` (mergeContainerWithOptions
+#: copies every field); not ``tekton`` (stepSpecs carry computeResources only) nor ``gitlab`` (variables).
+RESIZE_POLICY = [
+    {"resourceName": "cpu", "restartPolicy": "NotRequired"},
+    {"resourceName": "memory", "restartPolicy": "NotRequired"},
+]
+
+
 def _named(chosen: Sequence[tuple[str, Container]], prefix: str = "") -> list[dict[str, Any]]:
-    return [{"name": prefix + pod, "resources": resources(c)} for pod, c in chosen]
+    out: list[dict[str, Any]] = []
+    for pod, c in chosen:
+        entry: dict[str, Any] = {"name": prefix + pod, "resources": resources(c)}
+        if c.grow is not None:
+            entry["resizePolicy"] = [dict(p) for p in RESIZE_POLICY]
+        out.append(entry)
+    return out
 
 
 def k8s(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:

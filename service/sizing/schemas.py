@@ -52,6 +52,14 @@ class RunnerCeilingPublic(BaseModel):
     fields: list[str] = Field(description='which: "cpu.request", "cpu.limit", "memory.request", "memory.limit"')
 
 
+class GrowPublic(BaseModel):
+    max: str
+    max_bytes: int = Field(description="the most the memory limit may grow to during one run (>= memory.limit_bytes)")
+    threshold_percent: int = Field(ge=50, le=99, description="grow when use reaches this percent of the current limit")
+    step: str
+    step_bytes: int = Field(description="each growth raises the limit by at least this much, never past max_bytes")
+
+
 class ContainerSizingPublic(BaseModel):
     name: str
     cpu: CpuPublic
@@ -60,6 +68,10 @@ class ContainerSizingPublic(BaseModel):
     oom: OomPublic
     runner_ceiling: RunnerCeilingPublic | None = Field(
         default=None, description="present when runner ceilings are configured for the org"
+    )
+    grow: GrowPublic | None = Field(
+        description="how far a run may grow its memory limit in place (rules G1-G5, docs/sizing.md); "
+        "null: this container must not grow"
     )
 
 
@@ -73,7 +85,7 @@ class SizingMetaPublic(BaseModel):
     override_scope: Literal["job", "workflow", "repo", "org", "global"]
     cpu_sizing_mode: Literal["observe", "enforce"]
     memory_qos: Literal["guaranteed", "burstable"]
-    policy: Literal["seed", "efficient"] = Field(
+    policy: Literal["seed", "efficient", "growth"] = Field(
         description="the sizing policy that made this answer: the most specific override's, else the server's"
     )
     node_ceiling_bytes: int | None

@@ -119,7 +119,43 @@ def pins8(pins: Mapping[str, PinRow]) -> tuple[int, ...]:
 def choose(pins: dict[str, PinRow], policy: Policy) -> answer.SizingPolicy:
     """The sizing policy of one job (issue 25): the most specific override's, else the server's."""
     chosen = overrides_service.sizing_policy(pins, policy.sizing_policy)
-    return "efficient" if chosen == "efficient" else "seed"
+    if chosen == "efficient":
+        return "efficient"
+    return "growth" if chosen == "growth" else "seed"  # G8: growth is a policy of its own
+
+
+#: the core's code of each sizing policy; ``growth`` (rule G8) samples and backs off as ``efficient``
+_CODES = {"seed": core.POLICY_CI_SIZER, "efficient": core.POLICY_EFFICIENT, "growth": core.POLICY_GROWTH}
+
+
+def reads_samples(chosen: answer.SizingPolicy) -> bool:
+    """Whether the policy sizes from E1's samples (runs without a kill) and reads the first-run prior (E6)."""
+    return chosen != "seed"
+
+
+def grow_bound(policy: Policy, ceiling: int | None, org: str) -> int:
+    """Rule G2: the most any container of the org's jobs may grow to: the node ceiling (S15), else
+    ``--max-backoff-memory``; then no more than the org's runner ceiling on the memory limit (and on the
+    request under ``guaranteed``, where a growth raises the request with the limit)."""
+    bound = policy.max_backoff_memory if ceiling is None else ceiling
+    runner = ceilings_service.for_org(policy.ceilings, org)
+    if runner is not None:
+        sides = (runner.memory_limit, runner.memory_request if policy.memory_qos == "guaranteed" else None)
+        for most in sides:
+            if most is not None and most < bound:
+                bound = most
+    return bound
+
+
+def grow_block(limit: int, peak: int, bound: int) -> answer.Grow | None:
+    """Rules G3-G5 (the core's ``size_grow``) as the answer's ``grow`` block; None when the container
+    must not grow (G1)."""
+    most, threshold, step = core.size_grow(limit, peak, bound)
+    if most < 0:
+        return None
+    return answer.Grow(
+        max=format_memory(most), max_bytes=most, threshold_percent=threshold, step=format_memory(step), step_bytes=step
+    )
 
 
 def compute(
@@ -137,8 +173,8 @@ def compute(
     runs = history.window[::-1]  # oldest first, as the core reads columns
     n = len(runs)
     chosen = choose(pins, policy)
-    efficient = chosen == "efficient"
-    code = core.POLICY_EFFICIENT if efficient else core.POLICY_CI_SIZER
+    efficient = reads_samples(chosen)
+    code = _CODES[chosen]
     if efficient:  # E1: kills told apart from S1's 95 % clause
         clean = [priors.run_code(r.clean, r.containers.values()) for r in runs]
     else:
@@ -149,21 +185,25 @@ def compute(
     guaranteed = policy.memory_qos == "guaranteed"
     stat = f"cpu_{params.cpu_percentile}"
     pinned = pins8(pins)
+    memory_pinned = pinned[6] > 0 or pinned[7] > 0  # rule G1: a pinned memory value never grows
     pod = [r.pod_memory() for r in runs]
     cpu_pinned = any(o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None for o in pins.values())
     enforced = policy.cpu_sizing_mode == "enforce" or cpu_pinned  # rule S17
     phase: Phase = "unknown"
     containers: list[answer.Container] = []
+    peaks: list[int] = []  # rule G3's P per container
     for name in names:
         rows = [r.containers.get(name) for r in runs]
+        present = [int(c is not None) for c in rows]
+        mem_peak = [0 if c is None else c.memory_peak_bytes for c in rows]
         s = core.size_run(
             n,
             clean,
-            [int(c is not None) for c in rows],
+            present,
             [0.0 if c is None else getattr(c, stat) for c in rows],
             [0.0 if c is None else c.cpu_peak for c in rows],
             [0.0 if c is None else c.cpu_p95 for c in rows],
-            [0 if c is None else c.memory_peak_bytes for c in rows],
+            mem_peak,
             [-1 if c is None or c.memory_limit_bytes is None else c.memory_limit_bytes for c in rows],
             [0 if c is None else priors.oom_code(c) if efficient else int(c.oom_suspect) for c in rows],
             pod,
@@ -177,6 +217,7 @@ def compute(
             prior,
         )
         phase = _PHASES[s.phase]
+        peaks.append(-1 if memory_pinned else core.window_peak(n, clean, present, mem_peak, code, params.runs))
         containers.append(
             answer.Container(
                 name=name,
@@ -206,6 +247,10 @@ def compute(
     if runner_ceiling is not None:
         for c in containers:
             ceilings_service.clamp(c, runner_ceiling)
+    if not memory_pinned:  # rules G1-G5, on the limits the runner will be given
+        bound = grow_bound(policy, ceiling, key.org)
+        for c, peak in zip(containers, peaks, strict=True):
+            c.grow = grow_block(c.memory.limit_bytes, peak, bound)
     return answer.Answer(
         org=key.org,
         repo=key.repo,
@@ -252,7 +297,7 @@ class Recommendation:
 async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
     """The sizing answer for one job; an unseen job answers in the unknown phase."""
     pins = await overrides_service.applicable(conn=conn, key=key)
-    efficient = choose(pins, policy) == "efficient"
+    efficient = reads_samples(choose(pins, policy))
     job_id, history = await load_history(
         conn=conn,
         key=key,

@@ -24,6 +24,7 @@ from service.backtests import service as backtest_service
 from service.db import UnitOfWorkDep
 from service.deps import EngineDep, PolicyDep
 from service.errors import NotFound
+from service.growths import service as growths_service
 from service.jobs import service as jobs_service
 from service.jobs.service import Sort
 from service.keys import SCOPES, ScopeKey
@@ -36,7 +37,7 @@ from service.sizing import formats
 from service.sizing import service as sizing_service
 from service.sizing.answer import Answer
 from service.sizing.params import SizingParams
-from service.wire import NAME_MAX, to_rfc3339
+from service.wire import NAME_MAX, to_rfc3339, utcnow
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 
@@ -236,6 +237,7 @@ async def job_view(
         rec = await sizing_service.recommend(conn=conn, key=key, params=params, policy=policy)
         pins = await overrides_service.applicable(conn=conn, key=key)
         rows = [] if rec.job_id is None else await jobs_service.recent_runs(conn=conn, job_id=rec.job_id)
+        growth = await growths_service.of_job(conn=conn, job_id=rec.job_id, now=utcnow(), recent=0)  # issue 40
     answer = rec.answer
     wire = answer.as_dict()
     rendered = {name: render_format(answer, None) for name, render_format in formats.RENDERERS.items()}
@@ -250,6 +252,7 @@ async def job_view(
         plot=runs_plot(rows, answer),
         admin=is_admin(principal),
         answer_json=orjson.dumps(wire, option=orjson.OPT_INDENT_2).decode(),
+        growth=growth,
     )
 
 

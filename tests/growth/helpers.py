@@ -137,7 +137,7 @@ def stored_container(database: Path, run_id: str) -> dict[str, Any]:
 
 class Recorder:
     """An HTTP hop in front of a live sizer that keeps every run body posted through it (the run as it went
-    on the wire) and hands each on unchanged, with the sizer's answer."""
+    on the wire) and hands each on unchanged, with the sizer's answer; GETs pass through."""
 
     def __init__(self, upstream: str) -> None:
         import threading
@@ -152,11 +152,18 @@ class Recorder:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:
+                self._forward(None)
+
             def do_POST(self) -> None:
                 data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 recorder.posted.append(json.loads(data))
+                self._forward(data)
+
+            def _forward(self, data: bytes | None) -> None:
                 headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "authorization")}
-                request = urllib.request.Request(upstream + self.path, data=data, headers=headers, method="POST")
+                method = "GET" if data is None else "POST"
+                request = urllib.request.Request(upstream + self.path, data=data, headers=headers, method=method)
                 try:
                     with urllib.request.urlopen(request, timeout=30) as r:
                         status, body = r.status, r.read()
@@ -181,3 +188,23 @@ class Recorder:
         assert self.posted, "nothing was posted"
         container: dict[str, Any] = self.posted[0]["containers"][0]
         return container
+
+
+def identity(job: str) -> list[str]:
+    """The collector's identity flags for a job of its own (each test reads back only its own job)."""
+    return ["--org", "acme", "--repo", "web", "--workflow", "ci.yml", "--job", job, "--run-id", f"{job}-1"]
+
+
+def job_growths(url: str, job: str) -> dict[str, Any]:
+    """What the live sizer stored of the job's growth events (GET /api/v1/growths/...)."""
+    import httpx
+
+    r = httpx.get(f"{url}/api/v1/growths/acme/web/ci.yml/{job}", timeout=30)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def stored_events(url: str, job: str) -> list[tuple[int, int, str]]:
+    """The job's stored events, oldest first, as (from_bytes, to_bytes, result)."""
+    return [(e["from_bytes"], e["to_bytes"], e["result"]) for e in reversed(job_growths(url, job)["recent"])]

@@ -41,7 +41,7 @@ JSON_PATCH = "application/json-patch+json"
 
 def quantity(value: Any) -> Decimal:
     """A quantity's exact value (the client's own parser: the test-only oracle for quantities)."""
-    return Decimal(parse_quantity(value))
+    return Decimal(parse_quantity(value))  # type: ignore[no-untyped-call]
 
 
 def canonical(n: int) -> str:

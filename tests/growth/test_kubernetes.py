@@ -20,9 +20,20 @@ from typing import Any
 
 import pytest
 
-from ..collector.helpers import IDENTITY
 from .conftest import Sizer
-from .helpers import MIB, Recorder, allocate, answer_file, enter, limited, oom_kills, stored_container
+from .helpers import (
+    MIB,
+    Recorder,
+    allocate,
+    answer_file,
+    enter,
+    identity,
+    job_growths,
+    limited,
+    oom_kills,
+    stored_container,
+    stored_events,
+)
 from .kubeapi import JSON_PATCH, KubeApi, apply_json_patch, compute_qos, quantity, runner_pod, validate_resize
 
 LIMIT, MAX, STEP = 256 * MIB, 1024 * MIB, 128 * MIB
@@ -89,7 +100,7 @@ def test_the_emulated_api_refuses_a_merge_patch_body_under_the_json_patch_type()
 
 
 def _collect(
-    tmp_path: Path, api: KubeApi, cg: Path, url: str, run_id: str, command: list[str], *extra: str
+    tmp_path: Path, api: KubeApi, cg: Path, url: str, job: str, command: list[str], *extra: str
 ) -> subprocess.CompletedProcess[str]:
     answer = answer_file(tmp_path / "answer.json", limit=LIMIT, max_bytes=MAX, threshold=80, step=STEP)
     env = {
@@ -98,7 +109,7 @@ def _collect(
         "CI_SIZER_POD_NAMESPACE": NAMESPACE,
     }
     return subprocess.run(
-        [*enter(cg), sys.executable, "-m", "service", "collect", "--url", url, *IDENTITY, "--run-id", run_id,
+        [*enter(cg), sys.executable, "-m", "service", "collect", "--url", url, *identity(job),
          "--interval", "0.2", "--grow", "--answer", str(answer), *extra, "--", *command],
         capture_output=True, text=True, timeout=120, env={**_clean_env(), **env},
         cwd=Path(__file__).resolve().parents[2],
@@ -120,7 +131,7 @@ def test_the_build_finishes_through_in_place_resizes(tmp_path: Path, sizer: Size
     command, report = allocate(tmp_path, 600, rate=150)
     recorder = Recorder(sizer.url)
     with limited("kube", LIMIT) as cg, KubeApi(POD, cgroup=cg, delay=0.1) as api:
-        done = _collect(tmp_path, api, cg, recorder.url, "kube-1", command)
+        done = _collect(tmp_path, api, cg, recorder.url, "kube", command)
         assert oom_kills(cg) == 0
     assert done.returncode == 0, done.stderr
     results = _results(recorder)
@@ -139,6 +150,8 @@ def test_the_build_finishes_through_in_place_resizes(tmp_path: Path, sizer: Size
         ]
     assert api.pod["status"]["qosClass"] == compute_qos(api.pod) == "Guaranteed"
     assert quantity(api.pod["status"]["containerStatuses"][0]["resources"]["limits"]["memory"]) == final
+    assert stored_events(sizer.url, "kube") == results  # as the live sizer stored them
+    assert job_growths(sizer.url, "kube")["kills_avoided"] == 1
     stored = stored_container(sizer.database, "kube-1")
     assert stored["memory_limit_bytes"] == final
     assert stored["memory_peak_bytes"] == pytest.approx(int(report.read_text()), rel=0.1)
@@ -162,10 +175,11 @@ def test_a_deferred_resize_is_reported_and_grows_once_there_is_room(tmp_path: Pa
                 api.others = 1 << 30
 
         threading.Thread(target=make_room, daemon=True).start()
-        done = _collect(tmp_path, api, cg, recorder.url, "deferred-1", command)
+        done = _collect(tmp_path, api, cg, recorder.url, "deferred", command)
     assert done.returncode == 0, done.stderr
     assert _results(recorder) == [(LIMIT, LIMIT + STEP, "deferred"), (LIMIT, LIMIT + STEP, "grown")]
     assert len(api.patches()) == 1  # asked once; the kubelet retried it
+    assert stored_events(sizer.url, "deferred") == _results(recorder)
     assert "Node didn't have enough resource: memory" in done.stderr
 
 
@@ -176,12 +190,13 @@ def test_an_infeasible_resize_is_reported_and_the_build_runs_on(tmp_path: Path, 
     command, _ = allocate(tmp_path, 170, rate=200, hold=1.2)
     recorder = Recorder(sizer.url)
     with limited("infeasible", LIMIT) as cg, KubeApi(POD, cgroup=cg, capacity=400 * MIB) as api:
-        done = _collect(tmp_path, api, cg, recorder.url, "infeasible-1", command)
+        done = _collect(tmp_path, api, cg, recorder.url, "infeasible", command)
     assert done.returncode == 0, done.stderr
     assert _results(recorder) == [(LIMIT, LIMIT + STEP, "infeasible")]
     assert len(api.patches()) == 1
     assert "Node didn't have enough capacity: memory" in done.stderr
     assert stored_container(sizer.database, "infeasible-1")["memory_limit_bytes"] == LIMIT
+    assert job_growths(sizer.url, "infeasible")["events"]["infeasible"] == 1
 
 
 def test_a_forbidden_resize_is_reported_and_the_build_runs_on(tmp_path: Path, sizer: Sizer) -> None:
@@ -189,11 +204,12 @@ def test_a_forbidden_resize_is_reported_and_the_build_runs_on(tmp_path: Path, si
     command, _ = allocate(tmp_path, 170, rate=200, hold=0.5)
     recorder = Recorder(sizer.url)
     with limited("forbidden", LIMIT) as cg, KubeApi(POD, cgroup=cg, forbid_resize=True) as api:
-        done = _collect(tmp_path, api, cg, recorder.url, "forbidden-1", command)
+        done = _collect(tmp_path, api, cg, recorder.url, "forbidden", command)
     assert done.returncode == 0, done.stderr
     assert _results(recorder) == [(LIMIT, LIMIT + STEP, "error")]
     assert len(api.patches()) == 1
     assert 'cannot patch resource "pods/resize"' in done.stderr
+    assert stored_events(sizer.url, "forbidden") == [(LIMIT, LIMIT + STEP, "error")]
 
 
 def test_a_burst_faster_than_the_kubelet_is_killed_and_reported_too_late(tmp_path: Path, sizer: Sizer) -> None:
@@ -201,15 +217,17 @@ def test_a_burst_faster_than_the_kubelet_is_killed_and_reported_too_late(tmp_pat
     command, _ = allocate(tmp_path, 600, rate=0, chunk=600)
     recorder = Recorder(sizer.url)
     with limited("late", LIMIT) as cg, KubeApi(POD, cgroup=cg, delay=2.0) as api:
-        done = _collect(tmp_path, api, cg, recorder.url, "late-1", command)
+        done = _collect(tmp_path, api, cg, recorder.url, "late", command)
         assert oom_kills(cg) == 1
     assert done.returncode == 137, done.stderr
     results = _results(recorder)
     late = [r for r in results if r[2] == "too_late"]
     assert len(late) == 1, results
-    asked = quantity(api.patches()[0][1]["value"])
+    asked = int(quantity(api.patches()[0][1]["value"]))
     assert late[0][:2] == (LIMIT, asked)  # killed at the limit in force, with the ask under way
     assert stored_container(sizer.database, "late-1")["oom_kill_events"] == 1
+    assert stored_events(sizer.url, "late") == results
+    assert job_growths(sizer.url, "late")["runs_too_late"] == 1
 
 
 @pytest.mark.parametrize(
@@ -225,7 +243,14 @@ def test_a_pod_that_cannot_grow_in_place_runs_the_build_unguarded(
 ) -> None:
     recorder = Recorder(sizer.url)
     with limited("unguarded", LIMIT) as cg, KubeApi(pod, cgroup=cg) as api:
-        done = _collect(tmp_path, api, cg, recorder.url, f"unguarded-{why[:4]}", [sys.executable, "-c", "exit(4)"])
+        done = _collect(
+            tmp_path,
+            api,
+            cg,
+            recorder.url,
+            f"unguarded-{pod['spec']['containers'][0]['name']}-{len(pod['spec']['containers'])}",
+            [sys.executable, "-c", "exit(4)"],
+        )
     assert done.returncode == 4
     lines = [line for line in done.stderr.splitlines() if "growth" in line]
     assert len(lines) == 1, done.stderr

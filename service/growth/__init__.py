@@ -57,12 +57,17 @@ def prepare(o: Options, say: Callable[[str], None]) -> Guard | None:
     if mode == "auto":
         from service.growth.kube import POD_ENV
 
-        mode = "kubernetes" if o.env.get(POD_ENV) else "cgroup" if os.geteuid() == 0 else ""
-        if not mode:
-            say(
-                f"ci-sizer: growth is off: not in a pod ({POD_ENV} is not set from the downward API) and not root "
-                "(no cgroup of its own for the build); the build runs without growth"
-            )
+        if o.env.get(POD_ENV):
+            mode = "kubernetes"
+        elif o.env.get("KUBERNETES_SERVICE_HOST"):  # in a pod, but not told which one
+            say(f"ci-sizer: growth is off: in a Kubernetes pod without {POD_ENV} (set it from the downward API); "
+                "the build runs without growth")  # fmt: skip
+            return None
+        elif os.geteuid() == 0:
+            mode = "cgroup"
+        else:
+            say(f"ci-sizer: growth is off: not in a pod ({POD_ENV} is not set) and not root (no cgroup of its own "
+                "for the build); the build runs without growth")  # fmt: skip
             return None
     if mode == "kubernetes" and importlib.util.find_spec("kubernetes") is None:
         say("ci-sizer: growth is off: the Kubernetes client is not installed (pip install 'ci-sizer[grow]'); "

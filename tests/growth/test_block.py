@@ -122,3 +122,18 @@ def test_a_sizer_down_or_hanging_turns_growth_off_within_the_timeout() -> None:
     assert len(said) == 1
     assert said[0].startswith("ci-sizer: growth is off: no answer from the sizer (TimeoutError: ")
     assert said[0].endswith("the build runs without growth")
+
+
+def test_auto_in_a_pod_without_its_name_is_off(tmp_path: Path) -> None:
+    # in a pod (the service host is set) the actuator is Kubernetes; without the downward API's pod name
+    # it cannot know which pod to resize: one line, and the build runs
+    from ..collector.helpers import IDENTITY, collect
+
+    path = answer_file(tmp_path / "answer.json", limit=256 * MIB, max_bytes=1 << 30, threshold=85, step=64 * MIB)
+    done = collect(*IDENTITY, "--spool-dir", str(tmp_path / "spool"), "--grow", "--answer", str(path),
+                   "--", "sh", "-c", "exit 6", env={"KUBERNETES_SERVICE_HOST": "10.0.0.1", "CI_SIZER_POD_NAME": ""})  # fmt: skip
+    assert done.returncode == 6
+    assert done.stderr.splitlines()[0] == (
+        "ci-sizer: growth is off: in a Kubernetes pod without CI_SIZER_POD_NAME (set it from the downward API); "
+        "the build runs without growth"
+    )

@@ -85,7 +85,10 @@ def test_with_grow_the_build_finishes_and_the_run_has_its_true_peak_and_steps(
     assert stored["memory_peak_bytes"] == pytest.approx(peak, rel=0.1)  # its true peak, never killed
     assert stored["oom_kill_events"] == 0
     # the build's cgroup is gone with the build
-    assert not list(cgroup_parent().glob("ci-sizer-*[0-9]"))
+    made = re.search(r"growth on \(cgroup, cgroup (\S+)\)", done.stderr)
+    assert made is not None
+    assert Path(made.group(1)).parent == cgroup_parent()
+    assert not Path(made.group(1)).exists()
 
 
 def test_a_burst_that_outruns_the_watcher_is_killed_and_reported_too_late(

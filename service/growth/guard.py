@@ -112,6 +112,7 @@ class Guard:
         self._pending: int | None = None  #: the limit asked for and not yet answered
         self._done = False  #: ask for nothing more
         self._dropped = 0
+        self._closed = False
         self._kills = self._kills_start = memory.oom_kills()
         self._armed_for: int | None = None
         self._efd: int | None = None
@@ -130,6 +131,8 @@ class Guard:
     def record(self, result: str, from_bytes: int, to_bytes: int, detail: str = "") -> None:
         assert result in RESULTS, result
         with self._lock:
+            if self._closed:
+                return  # an answer that came after the run was reported is not part of it
             if len(self.report.events) >= MAX_EVENTS:
                 self._dropped += 1
                 return
@@ -149,8 +152,9 @@ class Guard:
             return
         if self._efd is not None:
             os.close(self._efd)  # unregisters it
-        armed = self.notify and limit is not None
-        self._efd = self.memory.notify_at(self.block.threshold_bytes(limit)) if armed and limit else None
+        self._efd = None
+        if self.notify and limit is not None:
+            self._efd = self.memory.notify_at(self.block.threshold_bytes(limit))
         self._armed_for = limit
 
     def _wait(self) -> None:
@@ -170,6 +174,8 @@ class Guard:
                 self._tick()
         except (OSError, ValueError) as exc:
             self.say(f"ci-sizer: growth stopped: {self.memory} cannot be read ({type(exc).__name__}: {exc})")
+        except Exception as exc:  # a bug here must stop the watching, never the build
+            self.say(f"ci-sizer: growth stopped: {type(exc).__name__}: {exc}")
         finally:
             if self._efd is not None:
                 os.close(self._efd)
@@ -234,6 +240,8 @@ class Guard:
             pass
         if self._worker is not None:
             self._worker.join(1.0)  # an answer under way is waited for a moment, never more
+        with self._lock:
+            self._closed = True
         if self.minus_self:
             self.report.peak_bytes = max(0, self.report.peak_bytes - _own_anon())
         self.memory.close()

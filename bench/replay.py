@@ -64,14 +64,14 @@ import asyncpg  # type: ignore[import-untyped]
 import httpx
 from sqlalchemy.engine import make_url
 
-from bench import _load
+from bench import _grow, _load
 from bench._util import ROOT, save
+from service.runs.service import is_oom_suspect
 
 FILE = "wfinstances-runs.csv.gz"
 FIRST_RUNS = 60
 MIN_RUNS = 10
 GIB = 1 << 30
-NEAR_LIMIT = 0.95  # rule S1's clause: a peak at 95 % of the limit is OOM-suspect
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,11 @@ def load(path: Path) -> list[Job]:
 @dataclass(frozen=True)
 class Policy:
     label: str
-    code: str  # "seed", "efficient", "krr", "vpa"
+    code: str  # "seed", "efficient", "growth", "krr", "vpa"
     guaranteed: bool = True
+    #: issue 40 (--grow): the growth guard acts on the answer's grow block; the fraction of resizes refused
+    grow: bool = False
+    refused: float = 0.0
 
 
 KRR_LOOP = Policy("KRR-like, closed loop (max peak + 15 %, p95 CPU)", "krr-loop")
@@ -137,6 +140,7 @@ class Answer:
     cpu_request: int  # millicores
     memory_request: int  # bytes
     memory_limit: int  # bytes
+    grow: _grow.GrowBlock = _grow.NO_GROW  # the answer's grow block (rules G1-G5)
 
 
 @dataclass(frozen=True)
@@ -148,6 +152,7 @@ class Posted:
     limit_bytes: int
     oom_killed: bool
     runtime_s: float
+    growths: tuple[tuple[int, int, str], ...] = ()  # the guard's events (from, to, result)
 
 
 Key = tuple[str, str, str, str]
@@ -219,6 +224,7 @@ class Offline(Target):
         self.code = {
             "seed": core.POLICY_CI_SIZER,
             "efficient": core.POLICY_EFFICIENT,
+            "growth": core.POLICY_GROWTH,
             "krr": core.POLICY_KRR,
             "vpa": core.POLICY_VPA,
         }[policy.code]
@@ -236,12 +242,20 @@ class Offline(Target):
             -1, self.code, self.runs, self.buffer, self.guaranteed, (-1, -1, -1, -1, 0, 0, 0, 0),
             64 * GIB, self.core.prior_read(self.priors[key[0]]),
         )  # fmt: skip
-        return Answer(s.cpu_request, s.memory_request, s.memory_limit)
+        # rules G2-G5 as the server's compute: no node ceiling in the traces, so G2's bound is the backoff's 64Gi
+        peak = self.core.window_peak(len(c.clean), c.clean, c.present, c.mem_peak, self.code, self.runs)
+        return Answer(
+            s.cpu_request, s.memory_request, s.memory_limit, self.core.size_grow(s.memory_limit, peak, 64 * GIB)
+        )
 
     def _post(self, key: Key, run: Posted) -> None:
         core = self.core
         c = self.jobs[key]
-        near = run.peak_bytes >= NEAR_LIMIT * run.limit_bytes  # rule S1
+        near = is_oom_suspect(  # rule S1 as ingest applies it, growth included (G6, G7)
+            memory_peak_bytes=run.peak_bytes, memory_limit_bytes=run.limit_bytes, oom_killed=False,
+            oom_kill_events=0, grew=any(r == "grown" for _, _, r in run.growths),
+            too_late=any(r == "too_late" for _, _, r in run.growths),
+        )  # fmt: skip
         samples_before = sum(1 for x in c.clean if x != core.RUN_KILLED)
         c.clean.append(core.RUN_KILLED if run.oom_killed else core.RUN_NEAR_LIMIT if near else core.RUN_CLEAN)
         c.oom.append(core.OOM_KILLED if run.oom_killed else core.OOM_NEAR_LIMIT if near else core.OOM_NONE)
@@ -292,7 +306,9 @@ class Live(Target):
         if len(body["containers"]) != 1:
             raise RuntimeError(f"expected one container in the answer for {key}, got {body['containers']}")
         c = body["containers"][0]
-        return Answer(c["cpu"]["request_millicores"], c["memory"]["request_bytes"], c["memory"]["limit_bytes"])
+        g = c.get("grow")
+        grow = _grow.NO_GROW if g is None else (g["max_bytes"], g["threshold_percent"], g["step_bytes"])
+        return Answer(c["cpu"]["request_millicores"], c["memory"]["request_bytes"], c["memory"]["limit_bytes"], grow)
 
     def _post(self, key: Key, run: Posted) -> None:
         self.posted += 1
@@ -316,12 +332,30 @@ class Live(Target):
                     "memory_limit_bytes": run.limit_bytes,
                     "oom_killed": run.oom_killed,
                     "oom_kill_events": int(run.oom_killed),
+                    **_growths(run, started),
                 }
             ],
         }
         r = self.client.post("/api/v1/runs", json=body)
         if r.status_code not in (200, 201) or r.json().get("result") != "created":
             raise RuntimeError(f"POST /api/v1/runs answered {r.status_code}: {r.text[:300]}")
+
+
+def _growths(run: Posted, started: datetime) -> dict[str, Any]:
+    """The guard's events as the run's body carries them (issue 40), a second apart from the start."""
+    if not run.growths:
+        return {}
+    return {
+        "growths": [
+            {
+                "at": (started + timedelta(seconds=k)).isoformat().replace("+00:00", "Z"),
+                "from_bytes": f,
+                "to_bytes": t,
+                "result": r,
+            }
+            for k, (f, t, r) in enumerate(run.growths)
+        ]
+    }
 
 
 @dataclass
@@ -331,6 +365,7 @@ class Tally:
     memory_waste: float = 0.0  # byte-seconds
     cpu_waste: float = 0.0  # millicore-seconds
     answers: list[Answer] = field(default_factory=list)  # the answer before each run, in order
+    growth: _grow.Counts = field(default_factory=_grow.Counts)  # what the guard did (--grow)
 
     def row(self) -> dict[str, Any]:
         return {
@@ -339,32 +374,61 @@ class Tally:
             "oom_share": self.killed / self.runs if self.runs else 0.0,
             "memory_waste_gib_h": self.memory_waste / GIB / 3600,
             "cpu_waste_core_h": self.cpu_waste / 1000 / 3600,
+            **self.growth.row(),
         }
 
 
-def replay(jobs: Sequence[Job], target: Target) -> Tally:
-    """The closed loop over ``jobs`` in the order given."""
+def replay(jobs: Sequence[Job], target: Target, policy: Policy | None = None) -> Tally:
+    """The closed loop over ``jobs`` in the order given; with ``policy.grow`` the growth guard acts on
+    each answer's grow block (bench/_grow.py)."""
     t = Tally()
+    refuse = _grow.Refusals(policy.refused) if policy is not None and policy.grow else None
+    guaranteed = policy is None or policy.guaranteed
     for job in jobs:
         for task in job.tasks:
             a = target.ask(job.key)
             t.answers.append(a)
-            killed = task.peak_bytes > a.memory_limit
+            o = _grow.outcome(
+                task.peak_bytes, a.memory_limit, a.memory_request, a.grow, refuse=refuse, guaranteed=guaranteed
+            )
+            t.growth.add(o, task.peak_bytes, a.memory_limit)
             t.runs += 1
-            if killed:
+            if o.killed:
                 t.killed += 1
-                t.memory_waste += a.memory_request * task.runtime_s
+                t.memory_waste += o.request * task.runtime_s
                 t.cpu_waste += a.cpu_request * task.runtime_s
             else:
-                t.memory_waste += max(0, a.memory_request - task.peak_bytes) * task.runtime_s
+                t.memory_waste += max(0, o.request - task.peak_bytes) * task.runtime_s
                 t.cpu_waste += max(0.0, a.cpu_request - task.cpu_millicores) * task.runtime_s
-            peak = min(task.peak_bytes, a.memory_limit)
-            target.post(job.key, Posted(task.cpu_millicores, peak, a.memory_limit, killed, task.runtime_s))
+            peak = min(task.peak_bytes, o.limit)
+            target.post(job.key, Posted(task.cpu_millicores, peak, o.limit, o.killed, task.runtime_s, o.events))
     return t
 
 
-def table_rows(jobs: Sequence[Job], make: Callable[[Policy], Target]) -> list[dict[str, Any]]:
-    return [{"policy": p.label, **replay(jobs, make(p)).row()} for p in POLICIES]
+def table_rows(
+    jobs: Sequence[Job], make: Callable[[Policy], Target], policies: Sequence[Policy] = POLICIES
+) -> list[dict[str, Any]]:
+    return [{"policy": p.label, **growth_column(p), **replay(jobs, make(p), p).row()} for p in policies]
+
+
+def grow_policies(refused: float) -> tuple[Policy, ...]:
+    """``--grow``'s rows (issue 40): each served policy without and with the growth guard (and, with
+    ``--grow-refused F``, with F of the resizes refused), the growth policy (G8), and the anchors."""
+    rows: list[Policy] = []
+    for code, name in (("seed", "seed"), ("efficient", "efficient"), ("growth", "growth policy (G8)")):
+        rows.append(Policy(f"{name} (guaranteed)", code))
+        rows.append(Policy(f"{name} (guaranteed) + growth", code, grow=True))
+        if refused > 0:
+            rows.append(
+                Policy(f"{name} (guaranteed) + growth, {refused:.0%} refused", code, grow=True, refused=refused)
+            )
+    return (*rows, KRR_LOOP, VPA_LOOP)
+
+
+def growth_column(p: Policy) -> dict[str, str]:
+    if not p.grow:
+        return {"growth": "off"}
+    return {"growth": "on" if p.refused == 0 else f"on, {p.refused:.0%} of resizes refused"}
 
 
 def verdict(
@@ -466,7 +530,7 @@ def write_results(path: Path, section: list[str]) -> None:
     path.write_text("\n".join(lines).rstrip("\n") + "\n")
 
 
-SERVED = ("seed", "efficient")  # the policies a server answers for; the anchors are offline only
+SERVED = ("seed", "efficient", "growth")  # the policies a server answers for; the anchors are offline only
 LIVE_HEADING = "## Replay: closed loop through the live HTTP API on the public WfInstances traces (bench/replay.py)"
 
 
@@ -484,7 +548,7 @@ def tokens_file(directory: Path) -> tuple[Path, str]:
 def served(policy: Policy, directory: Path, database_url: str | None, secret: str) -> Iterator[httpx.Client]:
     """A fresh ``python -m service serve`` for ``policy`` and a keep-alive client to it."""
     qos = "guaranteed" if policy.guaranteed else "burstable"
-    name = f"replay_{policy.code}_{qos}"
+    name = f"replay_{policy.code}_{qos}" + (f"_grow{round(policy.refused * 100)}" if policy.grow else "")
     if database_url:
         # a database of its own on the server, named apart from any other replay's, dropped after
         url = _load.run(_load.fresh_database(database_url, f"ci_sizer_{name}_{uuid.uuid4().hex[:8]}"))
@@ -541,7 +605,13 @@ def offline_target(core: Any, p: Policy) -> Target:
 
 
 def live_rows(
-    jobs: Sequence[Job], core: Any, *, served_codes: Sequence[str], database_url: str | None, directory: Path
+    jobs: Sequence[Job],
+    core: Any,
+    *,
+    served_codes: Sequence[str],
+    database_url: str | None,
+    directory: Path,
+    policies: Sequence[Policy] = POLICIES,
 ) -> tuple[list[dict[str, Any]], dict[str, Tally]]:
     """The table's rows: each served policy through its own server, the anchors offline; and each
     row's tally (with the answers run by run)."""
@@ -549,39 +619,44 @@ def live_rows(
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
     rows: list[dict[str, Any]] = []
     tallies: dict[str, Tally] = {}
-    for p in POLICIES:
+    for p in policies:
         if p.code in SERVED:
             if p.code not in served_codes:
                 continue
             with served(p, directory, database_url, secret) as client:
                 target = Live(client, p, start=start)
-                t = replay(jobs, target)
+                t = replay(jobs, target, p)
             source = f"live, meta.policy {target.served}" if target.served else "live, meta.policy not echoed"
             seed = tallies.get(f"seed ({'guaranteed' if p.guaranteed else 'burstable'})")
             if p.code == "efficient" and target.served is None and seed is not None and seed.answers == t.answers:
                 source += ": the server ignored CI_SIZER_SIZING_POLICY and answered as seed (not wired yet)"
         else:
-            t = replay(jobs, offline_target(core, p))
+            t = replay(jobs, offline_target(core, p), p)
             source = "offline loop: not a served policy"
-        rows.append({"policy": p.label, "source": source, **t.row()})
+        rows.append({"policy": p.label, "source": source, **growth_column(p), **t.row()})
         tallies[p.label] = t
     return rows, tallies
 
 
 def check_offline(
-    jobs: Sequence[Job], core: Any, rows: Sequence[dict[str, Any]], tallies: dict[str, Tally]
+    jobs: Sequence[Job],
+    core: Any,
+    rows: Sequence[dict[str, Any]],
+    tallies: dict[str, Tally],
+    policies: Sequence[Policy] = POLICIES,
 ) -> list[str]:
-    """Live == offline for the seed (both QoS), and for efficient when the server echoed it:
-    the same answer before every run, so the same kills and wastes. The problems, or []."""
+    """Live == offline for the seed (both QoS), and for the other served policies when the server echoed
+    them: the same answer (grow block included) before every run, so the same kills, growths and wastes.
+    The problems, or []."""
     problems = []
-    figures = ("runs", "oom_killed", "memory_waste_gib_h", "cpu_waste_core_h")
+    figures = ("runs", "oom_killed", "memory_waste_gib_h", "cpu_waste_core_h", "runs_grown", "resizes", "refused")
     by = {r["policy"]: r for r in rows}
-    for p in POLICIES:
+    for p in policies:
         if p.label not in tallies or p.code not in SERVED:
             continue
-        if p.code == "efficient" and not by[p.label]["source"].startswith("live, meta.policy efficient"):
+        if p.code != "seed" and not by[p.label]["source"].startswith(f"live, meta.policy {p.code}"):
             continue
-        offline = replay(jobs, Offline(core, p))
+        offline = replay(jobs, Offline(core, p), p)
         live = tallies[p.label]
         for n, (a, b) in enumerate(zip(live.answers, offline.answers, strict=True)):
             if a != b:
@@ -646,6 +721,62 @@ def main_live(args: argparse.Namespace, jobs: list[Job]) -> int:
     return status
 
 
+GROW_HEADING = "## Replay with growth (issue 40): closed loop on the public WfInstances traces (bench/replay.py --grow)"
+
+
+def main_grow(args: argparse.Namespace, jobs: list[Job]) -> int:
+    """``--grow``: the growth table (bench/_grow.py), offline over the core or through live servers."""
+    if args.pure_python:
+        from service.core import _reference as core
+    else:
+        from service import core  # type: ignore[no-redef]
+    policies = grow_policies(args.grow_refused)
+    title = f"public wfinstances, {len(jobs)} jobs"
+    problems: list[str] = []
+    if args.offline:
+        rows = table_rows(jobs, lambda p: offline_target(core, p), policies)
+        how = "offline: the core's `size_run`, `window_peak` and `size_grow`, no server"
+    else:
+        with tempfile.TemporaryDirectory(prefix="ci-sizer-replay-") as tmp:
+            rows, tallies = live_rows(
+                jobs, core, served_codes=args.policy or SERVED, database_url=args.database_url,
+                directory=Path(tmp), policies=policies,
+            )  # fmt: skip
+        if args.check_offline:
+            problems = check_offline(jobs, core, rows, tallies, policies)
+        how = "each served policy through its own `python -m service serve`; the anchors offline"
+    lines = _grow.render(title, rows, (KRR_LOOP.label, VPA_LOOP.label))
+    print("\n".join(lines))
+    command = "python bench/replay.py --grow" + (f" --grow-refused {args.grow_refused:g}" if args.grow_refused else "")
+    command += " --offline --write-results" if args.offline else (" --check-offline" if args.check_offline else "")
+    section = [
+        GROW_HEADING + ("" if args.offline else ", through the live HTTP API"),
+        "",
+        f"`{command}` ({how}): before each run the policy's answer and its `grow` block (rules G1-G5, "
+        "docs/sizing.md); the growth guard raises the limit by the block's step whenever use reaches its threshold, up "
+        "to its maximum; a run whose peak is above the limit in force at the end is an OOM kill. A grown run reserves "
+        "its grown size for its whole duration (the traces give the peak, not when it came: this overstates the "
+        "waste); a refused resize (`--grow-refused`, `Deferred`, fixed seed) stops the growing. Kills avoided: runs "
+        "that grew past the limit they were given and were not killed.",
+        "",
+        f"### {lines[0]}",
+        *lines[1:],
+    ]
+    if problems:
+        print("check-offline FAILED:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return 1
+    if args.check_offline:
+        section.append(
+            "- check-offline: live == offline, answer by answer (grow blocks included), for every served row"
+        )
+        print(section[-1])
+    if args.results:
+        save(args.results, "replay-grow", rows)
+    if not args.offline or args.write_results:
+        write_results(args.results_md, section)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the traces' directory")
@@ -663,13 +794,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--results-md", type=Path, default=ROOT / "bench" / "RESULTS.md", help="live: where the table is written"
     )
+    parser.add_argument(
+        "--grow", action="store_true", help="issue 40: the growth guard acts on each answer's grow block"
+    )
+    parser.add_argument(
+        "--grow-refused", type=float, default=0.0, metavar="F", help="with --grow: also refuse F of the resizes"
+    )
     args = parser.parse_args(argv)
     if not args.offline and args.robustness:
         parser.error("--robustness is offline only")
+    if args.grow and args.robustness:
+        parser.error("--robustness is not measured with --grow")
+    if not 0.0 <= args.grow_refused <= 1.0:
+        parser.error("--grow-refused is a fraction between 0 and 1")
     path = args.data / FILE
     if not path.exists():
         print(f"skipped: {path} is absent (the public traces are not part of the repository)")
         return 0
+    if args.grow:
+        return main_grow(args, load(path))
     if not args.offline:
         return main_live(args, load(path))
     if args.pure_python:

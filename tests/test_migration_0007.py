@@ -6,18 +6,13 @@ upgrade again."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from datetime import datetime
 
 import pytest
-from sqlalchemy.engine import make_url
 
 from service import migrations
 
-from .conftest import _admin
-from .pg import PostgresServer
-from .test_migration_0005 import _inspect, _write
+from .test_migration_0005 import _inspect, _write, empty_postgresql  # noqa: F401 (a fixture)
 
 BIG = 5 << 40  # past 32 bits
 T = datetime(2026, 11, 20, 10)
@@ -86,15 +81,5 @@ def test_sqlite(tmp_path: pytest.TempPathFactory) -> None:
     _round_trip(f"sqlite+aiosqlite:///{tmp_path}/m.db")  # type: ignore[operator]
 
 
-@pytest.fixture
-def empty_postgresql(postgres_server: PostgresServer) -> Iterator[str]:
-    name = f"ci_sizer_mig7_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_admin(postgres_server.url, f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(postgres_server.url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        asyncio.run(_admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def test_postgresql(empty_postgresql: str) -> None:
-    _round_trip(empty_postgresql)
+def test_postgresql(request: pytest.FixtureRequest) -> None:
+    _round_trip(request.getfixturevalue("empty_postgresql"))  # test_migration_0005's: a fresh database

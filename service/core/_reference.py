@@ -923,14 +923,15 @@ def prior_read(state: Sequence[int]) -> int:
 # (a pinned memory value never grows) and gives G2's bound (the node ceiling, else the backoff bound,
 # then the runner ceiling).
 
-#: rule G3: the most a run may grow to is this many times the larger of its limit and the window's peak
+#: rule G3: the most a run may grow to is this many times the larger of its limit and the window's peak,
+#: and at least the default a job never seen is given (S7's 4Gi, which E5 gives after two kills)
 GROW_FACTOR = 2
-#: rule G4: the threshold leaves at least GROW_MIN_BYTES of the limit above it, and at least 10 %
-GROW_MIN_BYTES = 64 * MIB
-GROW_THRESHOLD_MIN = 50
-GROW_THRESHOLD_MAX = 90
+#: rule G4: the threshold is just above the window's peak relative to the limit, within these percents
+GROW_THRESHOLD_MIN = 90
+GROW_THRESHOLD_MAX = 95
 #: rule G5: each growth is at least this share of the limit (a quarter), and at least GROW_MIN_BYTES
 GROW_STEP_DIVISOR = 4
+GROW_MIN_BYTES = 64 * MIB
 #: ``size_grow`` when the container must not grow (rule G1: its maximum would not exceed its limit)
 NO_GROW = (-1, 0, 0)
 
@@ -962,8 +963,10 @@ def size_grow(limit: int, peak: int, bound: int) -> tuple[int, int, int]:
     ``limit`` the answer's memory limit (bytes; -1: no recommendation), ``peak`` G3's P (``window_peak``;
     -1: none), ``bound`` G2's bound (-1: none).
 
-    - G3: max = min(bound, GROW_FACTOR x max(limit, peak) up to a whole MiB); no growth unless max > limit.
-    - G4: threshold = 100 - ceil(100 x 64Mi / limit), within 50..90 (at least 64Mi and 10 % of headroom).
+    - G3: max = min(bound, max(GROW_FACTOR x max(limit, peak) up to a whole MiB, 4Gi)); no growth
+      unless max > limit.
+    - G4: threshold = floor(100 x peak / limit) + 1, within 90..95: a run that uses what the window's
+      runs used does not grow, and the guard keeps at least 5 % of the limit to react in.
     - G5: step = max(limit / 4 up to a whole MiB, 64Mi), at most max - limit.
     """
     if limit <= 0:
@@ -972,12 +975,11 @@ def size_grow(limit: int, peak: int, bound: int) -> tuple[int, int, int]:
     if top > MAX_BYTES // GROW_FACTOR:
         raw = MAX_BYTES
     else:
-        raw = -(-top * GROW_FACTOR // MIB) * MIB
+        raw = max(-(-top * GROW_FACTOR // MIB) * MIB, DEFAULT_MEMORY_BYTES)
     most = raw if bound < 0 or raw < bound else bound
     if most <= limit:
         return NO_GROW
-    threshold = 100 - -(-100 * GROW_MIN_BYTES // limit)
-    threshold = min(GROW_THRESHOLD_MAX, max(GROW_THRESHOLD_MIN, threshold))
+    threshold = min(GROW_THRESHOLD_MAX, max(GROW_THRESHOLD_MIN, 100 * max(peak, 0) // limit + 1))
     step = max(-(-limit // (GROW_STEP_DIVISOR * MIB)) * MIB, GROW_MIN_BYTES)
     step = min(step, most - limit)
     return most, threshold, step

@@ -1313,10 +1313,10 @@ def prior_read(state):
 # --------------------------------------------------------------------------- growth (issue 40)
 
 GROW_FACTOR = 2
-GROW_MIN_BYTES = 64 * MIB
-GROW_THRESHOLD_MIN = 50
-GROW_THRESHOLD_MAX = 90
+GROW_THRESHOLD_MIN = 90
+GROW_THRESHOLD_MAX = 95
 GROW_STEP_DIVISOR = 4
+GROW_MIN_BYTES = 64 * MIB
 NO_GROW = (-1, 0, 0)
 
 
@@ -1361,14 +1361,19 @@ def size_grow(long long limit, long long peak, long long bound):
         raw = MAX_BYTES
     else:
         raw = (top * 2 + MIB - 1) // MIB * MIB
+        if raw < 4 * GIB:
+            raw = 4 * GIB
     most = raw if (bound < 0 or raw < bound) else bound
     if most <= limit:
         return NO_GROW
-    threshold = 100 - (100 * 64 * MIB + limit - 1) // limit
-    if threshold < 50:
-        threshold = 50
-    if threshold > 90:
-        threshold = 90
+    if peak >= limit:
+        threshold = 95
+    else:  # floor(100 x peak / limit) + 1 in Python integers: 100 x peak may not fit 64 bits
+        threshold = (100 * <object>(peak if peak > 0 else 0)) // limit + 1
+        if threshold < 90:
+            threshold = 90
+        if threshold > 95:
+            threshold = 95
     step = (limit + 4 * MIB - 1) // (4 * MIB) * MIB
     if step < 64 * MIB:
         step = 64 * MIB

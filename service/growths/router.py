@@ -24,7 +24,8 @@ router = APIRouter(prefix="/api/v1/growths", tags=["growths"], route_class=Authe
 )
 async def get_job_growths(key: JobKeyDep, principal: ReadPrincipal, engine: EngineDep) -> JobGrowthsPublic:
     """The job's growth events (posted with its runs by ``ci-sizer collect --grow``): over the last
-    ``window_days`` days, the runs that grew, the kills avoided (runs that grew and were not OOM-killed),
+    ``window_days`` days, the runs that grew, the kills avoided (runs that grew, were not OOM-killed and
+    peaked above the limit they started with),
     the runs killed before a growth took effect and the events by result; and its newest events. A job
     never seen answers 200 with zeros. Path segments are percent-encoded, as for sizing (O6)."""
     principal.ensure_org(key.org)

@@ -34,8 +34,8 @@ class JobGrowthsPublic(BaseModel):
     runs: int = Field(description="runs that finished in the window")
     runs_grown: int = Field(description="runs in the window with a container whose memory limit grew")
     kills_avoided: int = Field(
-        description="runs in the window that grew and were not OOM-killed: without growth, the kernel would have "
-        "killed each of them at its first limit"
+        description="runs in the window that grew, were not OOM-killed and peaked above the limit they started "
+        "with: without growth, the kernel would have killed each of them"
     )
     runs_too_late: int = Field(description="runs in the window killed before a growth took effect")
     events: GrowthCountsPublic = Field(description="the window's growth events, by result")

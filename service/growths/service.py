@@ -29,10 +29,22 @@ _KILLED = exists().where(
     _containers.c.run_pk == _runs.c.id,
     or_(_containers.c.oom_killed == true(), _containers.c.oom_kill_events > 0),
 )
-_WINDOW = and_(_runs.c.job_id == bindparam("job_id"), _runs.c.finished_at >= bindparam("since"))
-_PER_RUN = select(_event("grown").label("grew"), _KILLED.label("killed"), _event("too_late").label("too_late")).where(
-    _WINDOW
+#: a container whose peak went past the limit it started with (its first event's from_bytes): without
+#: growth the kernel would have killed it
+_PAST_FIRST_LIMIT = exists().where(
+    _containers.c.run_pk == _runs.c.id,
+    _growths.c.run_pk == _containers.c.run_pk,
+    _growths.c.position == _containers.c.position,
+    _growths.c.seq == 0,
+    _containers.c.memory_peak_bytes > _growths.c.from_bytes,
 )
+_WINDOW = and_(_runs.c.job_id == bindparam("job_id"), _runs.c.finished_at >= bindparam("since"))
+_PER_RUN = select(
+    _event("grown").label("grew"),
+    _KILLED.label("killed"),
+    _event("too_late").label("too_late"),
+    _PAST_FIRST_LIMIT.label("past_first_limit"),
+).where(_WINDOW)
 _BY_RESULT = (
     select(_growths.c.result, func.count())
     .join_from(_growths, _runs, _runs.c.id == _growths.c.run_pk)
@@ -64,7 +76,7 @@ class JobGrowths:
     window_days: int = WINDOW_DAYS
     runs: int = 0
     runs_grown: int = 0
-    #: runs that grew and in which no container was killed
+    #: runs that grew past the limit they started with and in which no container was killed
     kills_avoided: int = 0
     runs_too_late: int = 0
     events: dict[str, int] = field(default_factory=lambda: dict.fromkeys(GROWTH_RESULTS, 0))
@@ -83,10 +95,10 @@ async def of_job(*, conn: AsyncConnection, job_id: int | None, now: datetime, re
     if job_id is None:
         return out
     window = {"job_id": job_id, "since": now - timedelta(days=WINDOW_DAYS)}
-    for grew, killed, too_late in await conn.execute(_PER_RUN, window):
+    for grew, killed, too_late, past_first_limit in await conn.execute(_PER_RUN, window):
         out.runs += 1
         out.runs_grown += bool(grew)
-        out.kills_avoided += bool(grew) and not killed
+        out.kills_avoided += bool(grew) and not killed and bool(past_first_limit)
         out.runs_too_late += bool(too_late)
     for result, count in await conn.execute(_BY_RESULT, window):
         out.events[result] = int(count)

@@ -23,17 +23,20 @@ GROWTH = 6
 # --------------------------------------------------------------------------- G3-G5 by hand
 
 
-def test_g3_max_is_twice_the_larger_of_limit_and_peak(core: ModuleType) -> None:
-    # rule G3: a 1Gi limit over a window whose highest peak was 800Mi may grow to 2 x 1Gi
-    assert core.size_grow(GIB, 800 * MIB, 64 * GIB)[0] == 2 * GIB
-    # a peak above the limit (a growth-aware limit at a typical peak) sets the maximum: 2 x 1.5Gi
-    assert core.size_grow(GIB, 1536 * MIB, 64 * GIB)[0] == 3 * GIB
-    # up to a whole MiB: 2 x 100.5 MiB = 201 MiB
-    assert core.size_grow(100 * MIB, 100 * MIB + MIB // 2, 64 * GIB)[0] == 201 * MIB
-    # rule G2's bound wins: a node ceiling of 1843Mi under 2Gi
+def test_g3_max_is_twice_the_larger_of_limit_and_peak_at_least_4gi(core: ModuleType) -> None:
+    # rule G3: a 3Gi limit over a window whose highest peak was 2.5Gi may grow to 2 x 3Gi
+    assert core.size_grow(3 * GIB, 2560 * MIB, 64 * GIB)[0] == 6 * GIB
+    # a peak above the limit (the growth policy's limit at a typical peak) sets the maximum: 2 x 5Gi
+    assert core.size_grow(3 * GIB, 5 * GIB, 64 * GIB)[0] == 10 * GIB
+    # up to a whole MiB: 2 x (3Gi + 0.5 MiB) = 3Gi x 2 + 1Mi
+    assert core.size_grow(3 * GIB, 3 * GIB + MIB // 2, 64 * GIB)[0] == 6 * GIB + MIB
+    # at least the 4Gi a job never seen is given (S7): a 1Gi limit, an 800Mi peak
+    assert core.size_grow(GIB, 800 * MIB, 64 * GIB)[0] == 4 * GIB
+    assert core.size_grow(32 * MIB, 3 * MIB, 64 * GIB)[0] == 4 * GIB
+    # rule G2's bound wins: a node ceiling of 1843Mi
     assert core.size_grow(GIB, 800 * MIB, 1843 * MIB)[0] == 1843 * MIB
-    # no bound (-1): the factor alone, saturating far above any node
-    assert core.size_grow(GIB, -1, -1)[0] == 2 * GIB
+    # no bound (-1): the rule alone, saturating far above any node
+    assert core.size_grow(3 * GIB, -1, -1)[0] == 6 * GIB
     assert core.size_grow((1 << 61) + 1, -1, -1)[0] == 1 << 62
     assert core.size_grow(1 << 62, -1, -1) == core.NO_GROW  # saturated: nothing above it
 
@@ -48,19 +51,22 @@ def test_g1_no_growth_when_the_maximum_does_not_exceed_the_limit(core: ModuleTyp
 
 
 @pytest.mark.parametrize(
-    ("limit", "threshold"),
+    ("limit", "peak", "threshold"),
     [
-        (32 * MIB, 50),  # 64Mi of headroom is all of it: the floor, 50 %
-        (128 * MIB, 50),  # 100 - ceil(50) = 50
-        (256 * MIB, 75),  # 100 - 25
-        (512 * MIB, 87),  # 100 - ceil(12.5)
-        (640 * MIB, 90),  # 64Mi is 10 %: 90
-        (GIB, 90),  # at most 90: 10 % of headroom at least
-        (64 * GIB, 90),
+        (GIB, -1, 90),  # no peak known: 90
+        (GIB, 800 * MIB, 90),  # the window used 78 %: at least 90
+        (1000 * MIB, 899 * MIB, 90),  # floor(89.9) + 1
+        (1000 * MIB, 930 * MIB, 94),  # just above what the window's runs used: they do not grow
+        (1000 * MIB, 950 * MIB, 95),  # 96, at most 95: 5 % left to react in
+        (105 * MIB, 100 * MIB, 95),  # efficient's 5 % margin (E3): 95
+        (499 * MIB, 1000 * MIB, 95),  # the growth policy's limit under the window's highest peak
+        (64 * GIB, 64 * GIB - 1, 95),
     ],
 )
-def test_g4_threshold_keeps_64mi_and_10_percent_of_headroom(core: ModuleType, limit: int, threshold: int) -> None:
-    assert core.size_grow(limit, -1, -1)[1] == threshold
+def test_g4_threshold_just_above_the_window_within_90_95(
+    core: ModuleType, limit: int, peak: int, threshold: int
+) -> None:
+    assert core.size_grow(limit, peak, -1)[1] == threshold
 
 
 def test_g5_step_a_quarter_of_the_limit_at_least_64mi_at_most_to_the_maximum(core: ModuleType) -> None:
@@ -68,6 +74,7 @@ def test_g5_step_a_quarter_of_the_limit_at_least_64mi_at_most_to_the_maximum(cor
     assert core.size_grow(128 * MIB, -1, -1)[2] == 64 * MIB  # 32Mi, raised to 64Mi
     assert core.size_grow(1000 * MIB + 1, -1, -1)[2] == 251 * MIB  # a quarter, up to a whole MiB
     assert core.size_grow(GIB, -1, GIB + 100 * MIB)[2] == 100 * MIB  # never past the maximum
+    assert core.size_grow(GIB, -1, GIB + 100 * MIB)[0] == GIB + 100 * MIB
     # the worked example of docs/sizing.md (seed, confident, 900Mi peak -> 2Gi limit, 16 GiB node)
     assert core.size_grow(2 * GIB, 900 * MIB, 14745 * MIB) == (4 * GIB, 90, 512 * MIB)
 

@@ -58,6 +58,8 @@ async def test_the_job_s_growths(client: httpx.AsyncClient) -> None:
             5, {**container(mem=GIB, limit=GIB, oom_events=1), "growths": [ev(512 * MIB, GIB, "grown")]}
         ),
         recent(6, {**container(mem=500 * MIB, limit=512 * MIB), "growths": [ev(512 * MIB, GIB, "infeasible")]}),
+        # grew at its threshold but peaked under the limit it started with: grown, no kill avoided
+        recent(7, {**container(mem=1000 * MIB, limit=1280 * MIB), "growths": [ev(GIB, 1280 * MIB, "grown")]}),
     ]
     old = run(0, {**container(mem=900 * MIB, limit=GIB), "growths": [ev(512 * MIB, GIB, "grown")]})
     old["finished_at"] = to_rfc3339(NOW - timedelta(days=30))  # outside the window, still among the newest events
@@ -67,9 +69,10 @@ async def test_the_job_s_growths(client: httpx.AsyncClient) -> None:
     r = await client.get(path())
     assert r.status_code == 200, r.text
     g = r.json()
-    assert (g["window_days"], g["runs"], g["runs_grown"], g["kills_avoided"], g["runs_too_late"]) == (7, 6, 3, 2, 1)
-    assert g["events"] == {"grown": 4, "deferred": 1, "infeasible": 1, "too_late": 1, "error": 0}
-    newest = g["recent"]
+    assert (g["window_days"], g["runs"], g["runs_grown"], g["kills_avoided"], g["runs_too_late"]) == (7, 7, 4, 2, 1)
+    assert g["events"] == {"grown": 5, "deferred": 1, "infeasible": 1, "too_late": 1, "error": 0}
+    newest = g["recent"][1:]  # run-7's first
+    assert g["recent"][0]["run_id"] == "run-7"
     assert [(e["run_id"], e["result"]) for e in newest[:4]] == [
         ("run-6", "infeasible"),
         ("run-5", "grown"),
@@ -85,14 +88,15 @@ async def test_the_job_s_growths(client: httpx.AsyncClient) -> None:
         "to_bytes": 2 * GIB,
         "result": "deferred",
     }
-    assert newest[-1]["run_id"] == "run-0" and len(newest) == 8
+    assert newest[-1]["run_id"] == "run-0"
+    assert len(newest) == 8  # and run-7's: every event of the job
 
     # the operator's job page says it too
     params = {k: JOB[k] for k in ("org", "repo", "workflow", "job")}
     page = await client.get("/ui/fragments/job", params=params)
     assert page.status_code == 200
     assert 'data-testid="kills-avoided">2 <small>' in page.text
-    assert "3 of 6 runs grew in place, 2 resizes refused, 1 killed too late" in page.text
+    assert "4 of 7 runs grew in place, 2 resizes refused, 1 killed too late" in page.text
 
 
 async def test_a_job_never_seen_has_no_growths(client: httpx.AsyncClient) -> None:

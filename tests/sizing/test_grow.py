@@ -59,14 +59,15 @@ async def test_g2_g5_worked_example_seed_confident(make_client: Any) -> None:
 
 
 async def test_g3_the_peak_sets_the_maximum_under_the_growth_policy(make_client: Any) -> None:
-    # G8: four samples 100, 200, 300, 1000 Mi -> limit p75 + 5 % = 499Mi; G3: P = 1000Mi -> 2000Mi
+    # G8: four samples 100, 200, 300, 1000 Mi -> limit p75 + 5 % = 499Mi; G3's P = 1000Mi
     async with make_client(sizing_policy="growth") as client:
         await post_runs(client, *(run(n, container(mem=m * MIB)) for n, m in enumerate((100, 1000, 200, 300))))
         answer = await sizing(client)
         c = answer["containers"][0]
         assert answer["meta"]["policy"] == "growth"
         assert (c["memory"]["limit_bytes"], c["observed"]["memory_bytes"]) == (499 * MIB, 1000 * MIB)
-        assert c["grow"] == grow(2000 * MIB, 87, 125 * MIB)  # 64Mi of 499Mi: 100 - ceil(12.8); 499 / 4 -> 125Mi
+        # G3: 2 x 1000Mi, raised to 4Gi; G4: the window went past the limit: 95; G5: 499Mi / 4 -> 125Mi
+        assert c["grow"] == grow(4 * GIB, 95, 125 * MIB)
 
 
 async def test_g3_a_grown_run_is_covered_by_the_next_answer(make_client: Any) -> None:
@@ -111,13 +112,13 @@ async def test_g2_the_runner_ceiling_bounds_growth(make_client: Any, tmp_path: P
         build, helper = (await sizing(client))["containers"]
         assert build["runner_ceiling"]["fields"] == ["memory.limit"]
         assert build["grow"] is None  # capped at the ceiling: G1, nothing above it
-        assert helper["grow"] == grow(256 * MIB, 50, 64 * MIB)  # 2 x 128Mi, under the 2Gi ceiling
+        assert helper["grow"] == grow(2 * GIB, 90, 64 * MIB)  # 4Gi (G3), bounded by the 2Gi ceiling
     path.write_text('[[ceilings]]\norg = "*"\nmemory_request = "200Mi"\n')
     async with make_client(runner_ceilings_file=path) as client:  # guaranteed: the request grows with the limit
         helper = (await sizing(client))["containers"][1]
-        assert helper["grow"] == grow(200 * MIB, 50, 64 * MIB)
+        assert helper["grow"] == grow(200 * MIB, 90, 64 * MIB)
     async with make_client(runner_ceilings_file=path, memory_qos="burstable") as client:
-        assert (await sizing(client))["containers"][1]["grow"]["max_bytes"] == 256 * MIB
+        assert (await sizing(client))["containers"][1]["grow"]["max_bytes"] == 4 * GIB
 
 
 async def test_g2_unknown_phase_and_the_backoff_bound(make_client: Any) -> None:
@@ -161,7 +162,8 @@ def test_the_last_served_answer_keeps_its_grow_block() -> None:
         key=key, history=History(), pins={}, params=DEFAULT, policy=sizing_service.Policy(max_memory=6 * GIB)
     )
     degraded = sizing_service.degraded(key=key, last=served, params=DEFAULT, policy=policy)
-    assert degraded.meta.degraded and degraded.containers[0].grow == served.containers[0].grow
+    assert degraded.meta.degraded
+    assert degraded.containers[0].grow == served.containers[0].grow
     assert Answer.from_dict(served.as_dict()) == served  # the cache's round trip keeps it
 
 

@@ -6,7 +6,8 @@ backtest side reads the same runs back through the backtest service's own loader
 and asks the core for its recommendation before each run (``backtest.recommend_before``, the call
 ``backtest_walk`` scores). Both cores run it through the ``CI_SIZER_PURE_PYTHON`` pass of CI.
 Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E9,
-the first-run prior (E6) across jobs and the window of 20 samples (E2) included.
+the first-run prior (E6) across jobs and the window of 20 samples (E2) included; the growth policy (G8)
+and the grow block (G1-G5, issue 40), with runs that grew (G6) or were killed too late (G7).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from service.settings import Settings
 from ..helpers import GIB, MIB, container, run, sizing_path
 
 SCOPES = ("org", "repo", "workflow", "job")
-CODES = {"seed": core.POLICY_CI_SIZER, "efficient": core.POLICY_EFFICIENT}
+CODES = {"seed": core.POLICY_CI_SIZER, "efficient": core.POLICY_EFFICIENT, "growth": core.POLICY_GROWTH}
 STATS = ("peak", "p99", "p95", "p75", "p50", "avg")
 
 
@@ -40,9 +41,12 @@ def a_container(draw: st.DrawFn, name: str) -> dict[str, Any]:
     mem = draw(st.integers(16, 6000)) * MIB
     limit = draw(st.one_of(st.none(), st.sampled_from([512 * MIB, GIB, 2 * GIB, 4 * GIB, 8 * GIB])))
     killed = draw(st.booleans()) if draw(st.integers(0, 4)) == 0 else None
-    return container(
-        name, cpu=dict(zip(STATS, map(float, stats), strict=True)), mem=mem, limit=limit, oom_killed=killed
-    )
+    c = container(name, cpu=dict(zip(STATS, map(float, stats), strict=True)), mem=mem, limit=limit, oom_killed=killed)
+    growth = draw(st.sampled_from([None, None, "grown", "too_late"])) if limit is not None else None
+    if growth is not None:  # issue 40: a container that grew to its limit (G6), or was killed too late (G7)
+        at = "2026-11-20T09:59:00Z"
+        c["growths"] = [{"at": at, "from_bytes": limit // 2, "to_bytes": limit, "result": growth}]
+    return c
 
 
 @st.composite
@@ -89,8 +93,8 @@ async def _scenario(
     app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000, sizing_cache_entries=0))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
-            if policy == "efficient":  # the org opts in (issue 25), the pins as drawn
-                pinned = {**pinned, "org": {**pinned.get("org", {}), "sizing_policy": "efficient"}}
+            if policy != "seed":  # the org opts in (issue 25), the pins as drawn
+                pinned = {**pinned, "org": {**pinned.get("org", {}), "sizing_policy": policy}}
             for scope, body in pinned.items():
                 r = await client.put(_override_path(key, scope), json=body)
                 assert r.status_code in (200, 201), r.text
@@ -129,6 +133,16 @@ async def _scenario(
             )
             assert live == (sized.cpu_request, sized.cpu_limit, sized.memory_request, sized.memory_limit), (i, name)
             assert c["oom"]["consecutive"] == sized.consecutive, (i, name)
+            # issue 40: the grow block from the same core functions (G1: a memory pin, none; G2: the
+            # node ceiling before the run, else --max-backoff-memory's default)
+            ceiling = s.columns["ceiling"][i]
+            bound = ceiling if ceiling >= 0 else 64 * GIB
+            want = backtest.grow_before(s, i, wanted, sized.memory_limit, bound, code=CODES[policy])
+            if pin8[6] > 0 or pin8[7] > 0 or want[0] < 0:
+                assert c["grow"] is None, (i, name)
+            else:
+                got = c["grow"]
+                assert (got["max_bytes"], got["threshold_percent"], got["step_bytes"]) == tuple(want), (i, name)
         assert answer["meta"]["policy"] == policy
 
 
@@ -149,7 +163,7 @@ def _extra(r: dict[str, Any]) -> dict[str, Any]:
     buffer=st.integers(0, 100),
     percentile=st.sampled_from(["peak", "p99", "p95", "p75", "p50", "avg"]),
 )
-@pytest.mark.parametrize("policy", ["seed", "efficient"])
+@pytest.mark.parametrize("policy", ["seed", "efficient", "growth"])
 def test_backtest_and_live_answer_agree(
     db_url: str,
     policy: str,

@@ -7,9 +7,15 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.cli.common import CliError
+from service.growth import MODES
+
+if TYPE_CHECKING:
+    from service.growth import Options
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,8 +52,72 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(default 5; with --flush, per spooled run)",
     )
     collect.add_argument("--flush", type=Path, metavar="DIR", help="send the runs spooled in DIR, then exit")
+    _register_grow(collect.add_argument_group("growth (docs/integrations/growth.md)"), env)
     collect.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run")
     collect.set_defaults(handler=run)
+
+
+def _register_grow(group: argparse._ArgumentGroup, env: Callable[[str], str | None]) -> None:
+    group.add_argument(
+        "--grow",
+        action=argparse.BooleanOptionalAction,
+        default=(env("CI_SIZER_GROW") or "").lower() in ("1", "true", "yes", "on"),
+        help="raise the build's memory limit before the kernel kills it, as the answer's grow block allows "
+        "(CI_SIZER_GROW=1); anything missing is said in one line and the build runs without growth",
+    )
+    group.add_argument(
+        "--grow-with",
+        choices=MODES,
+        default=env("CI_SIZER_GROW_WITH") or "auto",
+        help="kubernetes (an in-place resize of the pod; needs ci-sizer[grow]), cgroup (as root: the build in "
+        "a cgroup of its own), or auto: kubernetes when CI_SIZER_POD_NAME is set, else cgroup (CI_SIZER_GROW_WITH)",
+    )
+    group.add_argument(
+        "--answer",
+        type=Path,
+        default=env("CI_SIZER_ANSWER"),
+        help="the JSON answer the recipe saved, for its grow block (default: GET it from --url) (CI_SIZER_ANSWER)",
+    )
+    group.add_argument("--pod-container", help="the build's container in the pod (default: --container)")
+    group.add_argument(
+        "--grow-cgroup-parent", type=Path, help="cgroup: where the build's cgroup goes (default: the collector's)"
+    )
+    group.add_argument("--grow-poll", type=float, default=0.01, help="seconds between memory readings (default 0.01)")
+    group.add_argument(
+        "--grow-notify",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="cgroup v1: wake on the kernel's usage threshold notification as well as every --grow-poll (default on; "
+        "off measures polling alone, as cgroup v2 and pods have it)",
+    )
+    group.add_argument(
+        "--grow-timeout", type=float, default=2.0, help="most seconds for each call growth makes (default 2)"
+    )
+
+
+def _grow_options(args: argparse.Namespace, values: dict[str, str]) -> Options | None:
+    from service.growth import Options
+
+    if not args.grow:
+        return None
+    if not 0 < args.grow_poll <= 0.1:
+        raise CliError("--grow-poll must be above 0 and at most 0.1 s")
+    if not args.grow_timeout > 0:
+        raise CliError("--grow-timeout must be positive")
+    return Options(
+        mode=args.grow_with,
+        answer_file=args.answer,
+        url=args.url,
+        token=args.token,
+        names=(values["org"], values["repo"], values["workflow"], values["job"]),
+        container=args.container,
+        pod_container=args.pod_container,
+        cgroup=args.cgroup,
+        parent=args.grow_cgroup_parent,
+        poll=args.grow_poll,
+        notify=args.grow_notify,
+        timeout=args.grow_timeout,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError("--interval must be positive")
     if not args.timeout > 0:
         raise CliError("--timeout must be positive")
+    grow = _grow_options(args, values)
     try:
         return collector.run_collect(
             command=command,
@@ -93,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
             retries=args.retries,
             backoff=args.backoff,
             timeout=args.timeout,
+            grow=grow,
             say=say,
         )
     except ValueError as exc:

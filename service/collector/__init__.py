@@ -32,6 +32,9 @@ Modules, by concern:
 - ``payload``: the run's identity (from the CI environment) and the body that is posted;
 - ``outbox``: posting with retries under a time bound, the spool and ``--flush``;
 - ``command``: ``run_collect``, the ``collect`` command itself.
+
+With ``--grow``, ``service.growth`` raises the build's memory limit before the kernel kills it, and the
+run carries its growth events (docs/integrations/growth.md).
 """
 
 from __future__ import annotations

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.collector.outbox import send, spool
 from service.collector.payload import Identity, payload
-from service.collector.sampling import Sampler
+from service.collector.sampling import Measurement, Sampler
 from service.collector.sources import NoReadings, ProcTree, Reading, Source, _own_peak_rss, cgroup_source
+
+if TYPE_CHECKING:
+    from service.growth import Options, Report
 
 
 def run_collect(
@@ -30,10 +33,12 @@ def run_collect(
     retries: int,
     backoff: float,
     timeout: float = 5.0,
+    grow: Options | None = None,
     say: Callable[[str], None] = lambda m: print(m, file=sys.stderr, flush=True),
 ) -> int:
     """Run (or watch), measure, post; the exit code is the wrapped command's. A cgroup that cannot
-    be read still runs the command, unmeasured (watching one raises ValueError)."""
+    be read still runs the command, unmeasured (watching one raises ValueError). With ``grow``, a
+    guard raises the build's memory limit before the kernel kills it (``service.growth``)."""
     if not command and not cgroup:
         say("ci-sizer: give a command after -- or a --cgroup to watch")
         return 2
@@ -49,9 +54,15 @@ def run_collect(
             say(f"ci-sizer: {what}; the command runs unmeasured and nothing is posted")
             source = None
     code = 0
+    grown: Report | None = None
+    if grow is not None and not command:
+        say("ci-sizer: --grow guards a command run after --, not a watched cgroup; growth is off")
     if command:
+        from service import growth
+
+        guard = growth.prepare(grow, say) if grow is not None else None
         try:
-            child = subprocess.Popen(command)
+            child, guard = growth.spawn(command, guard, say)
         except OSError as exc:
             say(f"ci-sizer: cannot run {command[0]!r}: {exc}")
             return 127
@@ -70,6 +81,7 @@ def run_collect(
                 signal.signal(s, handler)
         code = child.returncode
         code = 128 - code if code < 0 else code  # killed by a signal: the shell's convention
+        grown = guard.stop() if guard is not None else None
         if sampler is None:
             return code
         final = None
@@ -79,6 +91,8 @@ def run_collect(
             maxrss = usage.ru_maxrss * 1024
             final = Reading(usage.ru_utime + usage.ru_stime, maxrss if maxrss > inherited else 0)
         measured = sampler.stop(final)
+        if grown is not None:
+            _merge(measured, grown)
     else:
         assert source is not None
         watcher = Sampler(source, interval).start()
@@ -96,12 +110,17 @@ def run_collect(
             why += " (it ended before a sample)" if isinstance(source, ProcTree) else ""
         say(f"ci-sizer: {source} gave no readings: {why}; nothing is posted")
         return code
-    body = payload(identity, measured, container)
+    body = payload(identity, measured, container, grown.growths() if grown is not None else None)
     if not url:
         say("ci-sizer: no --url (CI_SIZER_URL); the run is only spooled")
         say(f"ci-sizer: spooled the run to {spool(spool_dir, body)}")
         return code
     outcome = send(url, token, body, retries=retries, backoff=backoff, timeout=timeout, say=say)
+    if outcome is False and "growths" in body["containers"][0]:
+        # a sizer from before growth refuses the field: the run itself is still worth storing
+        say("ci-sizer: posting the run again without its growth events (a sizer older than growth refuses them)")
+        del body["containers"][0]["growths"]
+        outcome = send(url, token, body, retries=0, backoff=0, timeout=timeout, say=say)
     if outcome is None:
         say(f"ci-sizer: the sizer is unreachable; spooled the run to {spool(spool_dir, body)} "
             f"(send later with: ci-sizer collect --flush {spool_dir})")  # fmt: skip
@@ -110,3 +129,13 @@ def run_collect(
         say(f"ci-sizer: posted run {identity.run_id} ({len(samples)} samples, "
             f"peak {max(samples):.0f}m CPU, {measured.memory_peak_bytes / 2**20:.0f} MiB working set)")  # fmt: skip
     return code
+
+
+def _merge(measured: Measurement, grown: Report) -> None:
+    """What the guard saw, many times a second, over what was sampled: the true peak, the limit the build
+    ended with, the kernel's OOM kills."""
+    measured.memory_peak_bytes = max(measured.memory_peak_bytes, grown.peak_bytes)
+    if grown.limit_bytes is not None:
+        measured.memory_limit_bytes = grown.limit_bytes
+    if grown.oom_kills is not None:
+        measured.oom_kill_events = max(measured.oom_kill_events or 0, grown.oom_kills)

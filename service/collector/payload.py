@@ -64,7 +64,9 @@ def identity_from_env(env: Mapping[str, str]) -> dict[str, str]:
     return {}
 
 
-def payload(identity: Identity, m: Measurement, container: str) -> dict[str, Any]:
+def payload(
+    identity: Identity, m: Measurement, container: str, growths: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     c: dict[str, Any] = {
         "name": container,
         "cpu_samples_millicores": [round(v, 3) for v in m.cpu_samples_millicores],
@@ -74,6 +76,8 @@ def payload(identity: Identity, m: Measurement, container: str) -> dict[str, Any
         c["memory_limit_bytes"] = m.memory_limit_bytes
     if m.oom_kill_events is not None:
         c["oom_kill_events"] = m.oom_kill_events
+    if growths:
+        c["growths"] = growths  # --grow's events (service.growth)
     body: dict[str, Any] = {
         "org": identity.org,
         "repo": identity.repo,

@@ -133,3 +133,43 @@ def test_every_collector_module_imports_only_the_standard_library() -> None:
     loaded = _top_modules("import importlib\n" + "".join(f"importlib.import_module({n!r})\n" for n in names))
     foreign = loaded - _top_modules("") - set(sys.stdlib_module_names) - {"service"}
     assert not foreign, f"service.collector imports {sorted(foreign)}"
+
+
+@pytest.mark.plain_install
+def test_grow_without_the_kubernetes_extra_says_so_and_the_build_runs(plain_venv: Path, tmp_path: Path) -> None:
+    # `pip install .` has no `grow` extra: in a pod, --grow says so in one line and the build runs (and
+    # is measured and spooled) as it would have without it
+    python = plain_venv / "bin" / "python"
+    script, report = tmp_path / "build.py", tmp_path / "rss"
+    script.write_text(BUILD)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "CI_SIZER_"))}
+    env["CI_SIZER_POD_NAME"] = "runner-abc"  # the downward API's pod name: growth picks Kubernetes
+    spool = tmp_path / "spool"
+    done = subprocess.run(
+        [plain_venv / "bin" / "ci-sizer", "collect", *IDENTITY, "--run-id", "plain-grow", "--interval", "0.2",
+         "--spool-dir", spool, "--grow", "--", python, script, report],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert done.returncode == 5, done.stderr
+    assert "Traceback" not in done.stderr
+    growth = [line for line in done.stderr.splitlines() if "growth" in line]
+    assert growth == [
+        "ci-sizer: growth is off: the Kubernetes client is not installed (pip install 'ci-sizer[grow]'); "
+        "the build runs without growth"
+    ]
+    (spooled,) = spool.glob("run-*.json")
+    container = json.loads(spooled.read_text())["containers"][0]
+    assert "growths" not in container
+    assert container["memory_peak_bytes"] > 64 * MIB
+
+
+def test_the_growth_package_imports_only_the_standard_library() -> None:
+    # the guard runs in the collector: its modules load the standard library and the package only (the
+    # Kubernetes client is imported inside its actuator, when that actuator is used)
+    import service.growth
+
+    names = [m.name for m in pkgutil.iter_modules(service.growth.__path__, "service.growth.")]
+    assert {"service.growth.guard", "service.growth.kube", "service.growth.local"} <= set(names)
+    loaded = _top_modules("import importlib\n" + "".join(f"importlib.import_module({n!r})\n" for n in names))
+    foreign = loaded - _top_modules("") - set(sys.stdlib_module_names) - {"service"}
+    assert not foreign, f"service.growth imports {sorted(foreign)}"

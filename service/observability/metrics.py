@@ -12,6 +12,7 @@ Labelled counters are created at import with every label value the service can g
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import re
 from collections.abc import Iterable
@@ -231,24 +232,48 @@ def set_build_info(core_backend: str) -> None:
 _DB_FILE = re.compile(r"_(\d+)\.db$")
 
 
+def _server_pids(directory: str) -> set[int]:
+    """The pids of the server's processes that wrote to ``directory``: this worker, the workers
+    beside it (children of its parent) and the supervisor that started them (its parent). A pid
+    is taken only while it is one of those, so neither a pid reused by an unrelated process after a
+    worker died, nor a process a worker started (the large-body reducer), is ever taken."""
+    found = {int(m.group(1)) for name in os.listdir(directory) if (m := _DB_FILE.search(name))}
+    me, parent = os.getpid(), os.getppid()
+    return {pid for pid in found if pid in (me, parent) or _parent_of(pid) == parent}
+
+
+class ServingWorkers(_multiprocess.MultiProcessCollector):
+    """prometheus-client's multiprocess collector, whose ``live*`` gauges (the worst worker's change
+    feed and database, the workers' sum of backlog and running analyses) read only the workers that
+    serve now: this one and those beside it. Not the supervisor, which serves nothing and whose
+    gauges kept the 0 they were created with (``ci_sizer_database_ready`` read 0 on a healthy
+    server: issue 39), not a process a worker started (it imports the metrics too), and not a
+    worker that died without marking itself dead. Counters, histograms and the other gauges read
+    every file, as prometheus-client does: a worker that was replaced still counted what it did."""
+
+    def collect(self) -> Iterable[Metric]:
+        serving = _server_pids(self._path) - {os.getppid()}
+        files = []
+        for path in glob.glob(os.path.join(self._path, "*.db")):
+            name = os.path.basename(path)
+            if name.startswith("gauge_live") and (m := _DB_FILE.search(name)) and int(m.group(1)) not in serving:
+                continue
+            files.append(path)
+        return self.merge(files, accumulate=True)  # type: ignore[no-any-return,no-untyped-call]
+
+
 class WorkerProcesses(Collector):
     """``process_*`` and ``python_info`` of each process that writes to the multiprocess directory
-    (the workers, and the supervisor that started them), read from ``/proc`` and labelled ``pid``.
-    A pid is taken only while it is this process, its parent, or a child of its parent, so a pid
-    reused by an unrelated process after a worker died is never read."""
+    (the workers, and the supervisor that started them), read from ``/proc`` and labelled ``pid``
+    (``_server_pids``)."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
-    def _pids(self) -> list[int]:
-        found = {int(m.group(1)) for name in os.listdir(self.directory) if (m := _DB_FILE.search(name))}
-        me, parent = os.getpid(), os.getppid()
-        return sorted(pid for pid in found if pid in (me, parent) or _parent_of(pid) == parent)
-
     def collect(self) -> Iterable[Metric]:
         families: dict[str, Metric] = {}
         platform = list(PlatformCollector(registry=None).collect())  # the same interpreter runs every worker
-        for pid in self._pids():
+        for pid in sorted(_server_pids(self.directory)):
             for family in [*ProcessCollector(pid=functools.partial(int, pid), registry=None).collect(), *platform]:
                 out = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
                 for sample in family.samples:
@@ -269,7 +294,7 @@ def render() -> tuple[bytes, str]:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         registry = CollectorRegistry()
-        _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        ServingWorkers(registry, directory)  # type: ignore[no-untyped-call]
         registry.register(WorkerProcesses(directory))
         return generate_latest(registry), CONTENT_TYPE_LATEST
     from prometheus_client import REGISTRY

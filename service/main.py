@@ -28,7 +28,7 @@ from service.health import check_database
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
-from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
+from service.observability.metrics import RUNS_INGESTED, set_build_info, use_sizing_deadline
 from service.observability.middleware import Observability
 from service.paths import RawPathSegments
 from service.pgpool import Pool
@@ -152,7 +152,7 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         app.state.analysis_limits = analyses.Limits()
         app.state.bodies = bodies.Reducer()
         set_build_info(core.BACKEND)
-        SIZING_DEADLINE.set(settings.sizing_deadline_ms / 1000)
+        use_sizing_deadline(settings.sizing_deadline_ms / 1000)  # and the latency histogram's edges
         await _warm_up(engine, app.state.pgpool, settings.database_connect_timeout_seconds)
         # what startup made (modules, the app, its routes: about 120,000 objects) is kept for the
         # process's life; frozen, no collection walks it again (a full one took about 50 ms, a pause

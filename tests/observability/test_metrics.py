@@ -22,7 +22,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.observability.logs import JsonFormatter
-from service.observability.metrics import EXPORTED
+from service.observability.metrics import EXPORTED, latency_buckets
 from service.runs.bodies import MIN_BYTES
 
 from ..helpers import MIB, container, post_runs, run, sizing, sizing_path
@@ -370,6 +370,14 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
                 assert {s.labels["pid"] for s in families["process_cpu_seconds"].samples} == pids
         assert len(pids_seen) == len(pids)  # the same processes at every scrape
         snapshot = samples(text)
+        # the latency histogram's edges are the configured deadline's (250 ms), in every process's
+        # file: none written with other edges before the app's startup chose them
+        edges = {
+            dict(labels)["le"]
+            for name, labels in snapshot
+            if name == "ci_sizer_http_request_duration_seconds_bucket" and dict(labels)["route"] == SIZING_ROUTE
+        }
+        assert edges == {*(str(e) for e in latency_buckets(0.25)), "+Inf"}
         served = value(snapshot, "ci_sizer_http_requests_total", route=SIZING_ROUTE, method="GET", status_class="2xx")
         assert served == 40  # summed across both workers' files
         assert value(snapshot, "ci_sizer_recommendations_total", phase="unknown", override_scope="global") == 40

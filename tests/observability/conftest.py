@@ -16,7 +16,7 @@ def promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
         message = (
-            "promtool not found: install Debian's prometheus package "
+            "promtool is not installed: install Debian's prometheus package "
             "(apt-get install --no-install-recommends prometheus); the alert rules were NOT checked"
         )
         if os.environ.get("CI", "") not in ("", "0", "false"):

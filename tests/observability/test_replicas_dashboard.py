@@ -26,7 +26,6 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
-from ..conftest import _clean
 from ..helpers import MIB, container, run, sizing_path
 from ..live import LiveServer, free_port
 
@@ -38,7 +37,7 @@ RATE_INTERVAL = "3s"
 def prometheus_binary() -> str:
     found = shutil.which("prometheus")
     if found is None:
-        message = "prometheus not found: install Debian's prometheus package; the dashboard was NOT checked"
+        message = "prometheus is not installed: install Debian's prometheus package; the dashboard was NOT checked"
         if os.environ.get("CI", "") not in ("", "0", "false"):
             pytest.fail(message + " (CI must check it: .ci/run installs it)")
         pytest.skip(message)
@@ -46,14 +45,12 @@ def prometheus_binary() -> str:
 
 
 @pytest.fixture
-def fleet(
-    postgresql_database: str, prometheus_binary: str, tmp_path: Path
-) -> Iterator[tuple[LiveServer, LiveServer, str]]:
+def fleet(postgresql_only: str, prometheus_binary: str, tmp_path: Path) -> Iterator[tuple[LiveServer, LiveServer, str]]:
     """Two replicas (two ``ci-sizer serve``, one worker each, as two pods) on one database, and a
     Prometheus scraping both every 0.5 s; all started at once (Prometheus takes its first scrape
     about 5 s after it starts)."""
     env = {"CI_SIZER_FLEET_FLUSH_SECONDS": "0.3"}  # the fleet totals written and read back often
-    replicas = [LiveServer(postgresql_database, log=tmp_path / f"{name}.log", env=env) for name in "ab"]
+    replicas = [LiveServer(postgresql_only, log=tmp_path / f"{name}.log", env=env) for name in "ab"]
     port = free_port()
     config = {
         "global": {"scrape_interval": "500ms", "scrape_timeout": "500ms", "evaluation_interval": "500ms"},
@@ -82,7 +79,6 @@ def fleet(
             replica.stop()
         prom.terminate()
         prom.wait(30)
-        asyncio.run(_clean(postgresql_database))
 
 
 def query(prometheus: str, expr: str) -> list[dict[str, Any]]:
@@ -124,7 +120,7 @@ async def _sql_totals(database_url: str) -> dict[str, Any]:
 
 
 def test_dashboard_on_two_replicas_of_one_database(
-    fleet: tuple[LiveServer, LiveServer, str], postgresql_database: str, repo_root: Path
+    fleet: tuple[LiveServer, LiveServer, str], postgresql_only: str, repo_root: Path
 ) -> None:
     a, b, prometheus = fleet
     org = f"org-{uuid.uuid4().hex[:8]}"
@@ -147,7 +143,7 @@ def test_dashboard_on_two_replicas_of_one_database(
         return len(jobs_seen) == 2 and set(jobs_seen.values()) == {6.0} and set(repo.values()) == {1.0}
 
     _wait(scraped_everything, 30, "Prometheus did not see both replicas' fleet totals")
-    sql = asyncio.run(_sql_totals(postgresql_database))
+    sql = asyncio.run(_sql_totals(postgresql_only))
     assert sql["jobs"] == 6
 
     dashboard = json.loads((repo_root / "grafana/dashboards/ci-sizer.json").read_text())

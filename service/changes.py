@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -62,10 +63,17 @@ class ChangeFeed:
     """Listens on PostgreSQL for changes committed anywhere and applies them to ``cache``."""
 
     def __init__(
-        self, cache: AnswerCache, database_url: str, *, heartbeat_seconds: float = 5.0, retry_seconds: float = 1.0
+        self,
+        cache: AnswerCache,
+        database_url: str,
+        *,
+        heartbeat_seconds: float = 5.0,
+        retry_seconds: float = 1.0,
+        connect: Callable[[str], Awaitable[Any]] = asyncpg.connect,
     ) -> None:
         self.cache = cache
         self.dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self.connect = connect  #: opens the listening connection (asyncpg's ``connect``)
         self.heartbeat_seconds = heartbeat_seconds
         self.retry_seconds = retry_seconds
         self.listening = asyncio.Event()
@@ -89,8 +97,12 @@ class ChangeFeed:
                 self.up.set(0)
                 lost.set()
 
+            # asyncio.timeout, never asyncio.wait_for: on Python 3.11 wait_for drops a cancellation
+            # that lands as the awaited call completes (it returns its result instead), and this
+            # loop then went on heartbeating after its cancellation, holding the shutdown (issue 39)
             try:
-                conn = await asyncio.wait_for(asyncpg.connect(self.dsn), timeout=5)
+                async with asyncio.timeout(5):
+                    conn = await self.connect(self.dsn)
                 conn.add_termination_listener(on_lost)
                 await conn.add_listener(CHANNEL, self._on_notify)
                 # changes committed while nobody listened are unknown: start from nothing
@@ -102,17 +114,23 @@ class ChangeFeed:
                 log.info("listening for sizing changes")
                 while True:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(lost.wait(), timeout=self.heartbeat_seconds)
+                        async with asyncio.timeout(self.heartbeat_seconds):
+                            await lost.wait()
                     if lost.is_set():
                         raise ConnectionError("the listening connection closed")
-                    await asyncio.wait_for(conn.fetchval("SELECT 1"), timeout=self.heartbeat_seconds)
+                    async with asyncio.timeout(self.heartbeat_seconds):
+                        await conn.fetchval("SELECT 1")
             except asyncio.CancelledError:
-                raise
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise
+                # nobody cancelled this task: on 3.11 a timeout that expires as its call completes
+                # leaves a stray cancellation behind; the feed starts over rather than ending
+                log.warning("sizing change feed down (stray cancellation); answers are read from the database")
             except Exception as exc:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
-                    # asyncio.wait_for (3.11) turns a cancellation that lands as the connect fails
-                    # into the connect's error: the task was still told to stop
+                    # a cancellation that a library turned into its own error: the task was still told to stop
                     raise asyncio.CancelledError from exc
                 log.warning("sizing change feed down (%s); answers are read from the database", type(exc).__name__)
             finally:
@@ -121,6 +139,7 @@ class ChangeFeed:
                 self.up.set(0)
                 if conn is not None:
                     with contextlib.suppress(Exception):
-                        await asyncio.wait_for(conn.close(), timeout=2)
+                        async with asyncio.timeout(2):
+                            await conn.close()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)

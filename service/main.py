@@ -4,7 +4,6 @@ and its pure-ASGI middleware."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gc
 import logging
@@ -19,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import __version__, analyses, core
+from service import __version__, analyses, core, shutdown
 from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
@@ -29,7 +28,7 @@ from service.health import check_database
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
-from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
+from service.observability.metrics import RUNS_INGESTED, set_build_info, use_sizing_deadline
 from service.observability.middleware import Observability
 from service.paths import RawPathSegments
 from service.pgpool import Pool
@@ -126,7 +125,9 @@ def redacted(database_url: str) -> str:
     return make_url(database_url).render_as_string(hide_password=True)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, owns_process: bool = False) -> FastAPI:
+    """The app. ``owns_process``: it is what this process serves (``ci-sizer serve``), so a shutdown
+    that overruns its budget ends the process (service/shutdown.py); never for an app in a test."""
     settings = settings or get_settings()
     tokens = load_tokens(settings.tokens_file)
 
@@ -151,7 +152,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.analysis_limits = analyses.Limits()
         app.state.bodies = bodies.Reducer()
         set_build_info(core.BACKEND)
-        SIZING_DEADLINE.set(settings.sizing_deadline_ms / 1000)
+        use_sizing_deadline(settings.sizing_deadline_ms / 1000)  # and the latency histogram's edges
         await _warm_up(engine, app.state.pgpool, settings.database_connect_timeout_seconds)
         # what startup made (modules, the app, its routes: about 120,000 objects) is kept for the
         # process's life; frozen, no collection walks it again (a full one took about 50 ms, a pause
@@ -165,30 +166,36 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     settings.fleet_flush_seconds,
                     lambda: flush_and_refresh(app.state.fleet, write_maker, app.state.sessionmaker),
                     at_start=True,
-                )
+                ),
+                name="fleet totals",
             ),
             asyncio.create_task(
-                _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers))
+                _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers)),
+                name="retention",
             ),
             asyncio.create_task(
                 _periodic(
                     settings.jobs_summary_seconds,
                     lambda: app.state.summaries.run_once(engine, Policy.of(settings, app.state.ceilings), write_engine),
-                )
+                ),
+                name="job summaries",
             ),
-            asyncio.create_task(_periodic(DATABASE_CHECK_SECONDS, lambda: check_database(engine))),
-            asyncio.create_task(_periodic(logs.FLUSH_SECONDS, _flush_logs)),
+            asyncio.create_task(
+                _periodic(DATABASE_CHECK_SECONDS, lambda: check_database(engine)), name="database check"
+            ),
+            asyncio.create_task(_periodic(logs.FLUSH_SECONDS, _flush_logs), name="log flush"),
         ]
         if not settings.is_sqlite:
             # every job's build-path state rebuilt where missing, then as reads find them
             repair: StateRepair = app.state.state_repair
             tasks.append(
                 asyncio.create_task(
-                    _periodic(STATE_REPAIR_SECONDS, lambda: repair.run_once(write_engine), at_start=True)
+                    _periodic(STATE_REPAIR_SECONDS, lambda: repair.run_once(write_engine), at_start=True),
+                    name="state repair",
                 )
             )
             app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
-            tasks.append(asyncio.create_task(app.state.change_feed.run()))
+            tasks.append(asyncio.create_task(app.state.change_feed.run(), name="change feed"))
         log.info(
             "ci-sizer %s starting: core backend=%s, database=%s, auth=%s",
             __version__,
@@ -203,23 +210,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
-            for task in [*tasks, *app.state.analysis_tasks]:
-                task.cancel()
-            for task in list(app.state.analysis_tasks):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # each step bounded (service/shutdown.py): the pod's grace period holds whatever a task
+            # or the database does, and a process of `ci-sizer serve` ends itself past the budget
+            if owns_process:
+                shutdown.exit_after(shutdown.SHUTDOWN_SECONDS + shutdown.EXIT_SECONDS, logs.flush)
+            await shutdown.stop_tasks([*tasks, *app.state.analysis_tasks])
             app.state.analysis_limits.close()
             app.state.bodies.close()
-            await app.state.fleet.flush(write_maker)
-            await pruner.run_once(write_maker, app.state.answers, recover=False)
+
+            async def last_writes() -> None:
+                await app.state.fleet.flush(write_maker)
+                await pruner.run_once(write_maker, app.state.answers, recover=False)
+
+            await shutdown.bounded(last_writes(), shutdown.WRITES_SECONDS, "the last fleet totals and retention pass")
             if app.state.pgpool is not None:
-                await app.state.pgpool.close()
-            await engine.dispose()
-            if write_engine is not engine:
-                await write_engine.dispose()
+                await shutdown.bounded(
+                    app.state.pgpool.close(), shutdown.CLOSE_SECONDS, "closing the build path's pool"
+                )
+            await shutdown.bounded(_dispose(engine, write_engine), shutdown.CLOSE_SECONDS, "closing the engines' pools")
             logs.flush()
             if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
                 # this worker's live gauges (feed, readiness, backlog) leave the aggregate with it
@@ -325,6 +333,12 @@ async def _flush_logs() -> None:
     logs.flush()
 
 
+async def _dispose(engine: AsyncEngine, write_engine: AsyncEngine) -> None:
+    await engine.dispose()
+    if write_engine is not engine:
+        await write_engine.dispose()
+
+
 async def _warm_up(engine: AsyncEngine, pool: Pool | None, seconds: float) -> None:
     """Open a pooled connection now, and on PostgreSQL every connection of the build path's pool with
     the sizing statement planned (within ``seconds``), so the first builds do not pay for connection
@@ -343,7 +357,8 @@ async def _warm_up(engine: AsyncEngine, pool: Pool | None, seconds: float) -> No
 
 async def _periodic(every: float, job: Callable[[], Awaitable[object]], *, at_start: bool = False) -> None:
     """Run ``job`` every ``every`` seconds (first at once when ``at_start``) until cancelled; a
-    failing run is logged, not fatal."""
+    failing run is logged, not fatal. A cancellation that ``job`` swallowed, or turned into another
+    error, still ends the loop (a task that went on after its cancellation held the shutdown)."""
     if not at_start:
         await asyncio.sleep(every)
     while True:
@@ -351,6 +366,9 @@ async def _periodic(every: float, job: Callable[[], Awaitable[object]], *, at_st
             await job()
         except Exception:
             log.exception("background task failed")
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
         await asyncio.sleep(every)
 
 
@@ -358,4 +376,4 @@ def create_app_from_env() -> FastAPI:
     """Factory for ``uvicorn --factory`` (several workers): settings from ``CI_SIZER_*``."""
     settings = Settings()
     logs.configure(settings.log_level, batched=True)
-    return create_app(settings)
+    return create_app(settings, owns_process=True)

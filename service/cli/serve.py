@@ -54,8 +54,11 @@ def _serve_with(settings: Any) -> None:
         "access_log": False,  # one JSON line per request comes from the app's own middleware
         "proxy_headers": False,
     }
+    from service import shutdown
+
+    common.update(shutdown.uvicorn_settings())  # a shutdown within the pod's grace period
     if settings.workers == 1:
-        uvicorn.run(create_app(settings), **common)
+        uvicorn.run(create_app(settings, owns_process=True), **common)
         return
     uvicorn.run(
         "service.main:create_app_from_env",

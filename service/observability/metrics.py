@@ -11,13 +11,16 @@ Labelled counters are created at import with every label value the service can g
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import glob
 import os
 import re
 from collections.abc import Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -47,18 +50,38 @@ _LATENCY_BUCKETS = (
     5.0,
     10.0,
 )
+#: an answer cut at the deadline takes it plus the fail-open path's few milliseconds, and more when
+#: many are cut at once and wait for the event loop: edges this much above the deadline hold them
+OVER_DEADLINE = (1.1, 1.25)
+
+
+def latency_buckets(deadline: float) -> tuple[float, ...]:
+    """The request-duration edges for a sizing deadline (seconds): the fixed ones, the deadline, and
+    two just above it. Answers cut at a 250 ms deadline took 250-252 ms; with the next edge at 0.5 s,
+    ``histogram_quantile`` put their p99 at 0.41-0.49 s (issue 39). Now it reads at most 275 ms, or
+    312.5 ms when they queued."""
+    return tuple(sorted({*_LATENCY_BUCKETS, deadline, *(round(deadline * k, 6) for k in OVER_DEADLINE)}))
+
 
 HTTP_REQUESTS = Counter(
     "ci_sizer_http_requests_total",
     "HTTP requests answered.",
     ["route", "method", "status_class"],
 )
-HTTP_DURATION = Histogram(
-    "ci_sizer_http_request_duration_seconds",
-    "Time to answer an HTTP request.",
-    ["route", "method"],
-    buckets=_LATENCY_BUCKETS,
-)
+
+
+def _request_durations(buckets: tuple[float, ...]) -> Histogram:
+    return Histogram(
+        "ci_sizer_http_request_duration_seconds",
+        "Time to answer an HTTP request.",
+        ["route", "method"],
+        buckets=buckets,
+    )
+
+
+#: built again with the edges of the configured deadline by ``use_sizing_deadline`` (the app's
+#: startup); no label set is made before that, so no bucket of other edges is ever written
+HTTP_DURATION = _request_durations(_LATENCY_BUCKETS)
 RUNS_INGESTED = Counter("ci_sizer_runs_ingested_total", "Runs posted, by result.", ["result"])
 OOM_SUSPECT_RUNS = Counter(
     "ci_sizer_oom_suspect_runs_total",
@@ -196,14 +219,12 @@ ANALYSIS_RESULTS = ("done", "failed", "interrupted")
 
 
 def _preinitialise() -> None:
-    """Create every known label set, so each series exists (at 0) before its first event."""
+    """Create every known label set, so each series exists (at 0) before its first event (the
+    request durations' at ``use_sizing_deadline``)."""
     for status_class in STATUS_CLASSES:
         HTTP_REQUESTS.labels(route=SIZING_ROUTE, method="GET", status_class=status_class)
         for route in INGEST_ROUTES:
             HTTP_REQUESTS.labels(route=route, method="POST", status_class=status_class)
-    HTTP_DURATION.labels(route=SIZING_ROUTE, method="GET")
-    for route in INGEST_ROUTES:
-        HTTP_DURATION.labels(route=route, method="POST")
     for result in INGEST_RESULTS:
         RUNS_INGESTED.labels(result=result)
     for phase in PHASES:
@@ -233,6 +254,23 @@ GROWTH_RESULTS = ("grown", "deferred", "infeasible", "too_late", "error")
 GROWN = {result: GROWTHS.labels(result=result) for result in GROWTH_RESULTS}
 
 
+def use_sizing_deadline(deadline: float) -> None:
+    """At the app's startup: export the sizing deadline (seconds), and give the request-duration
+    histogram its edges (``latency_buckets``), with the sizing and ingest routes' series at 0. The
+    histogram is built again when its edges differ (a process that starts an app with another
+    deadline: tests); the middleware reads ``HTTP_DURATION`` when it first sees a route."""
+    global HTTP_DURATION
+    SIZING_DEADLINE.set(deadline)
+    buckets = latency_buckets(deadline)
+    if tuple(HTTP_DURATION._upper_bounds[:-1]) != buckets:
+        with contextlib.suppress(KeyError):  # not registered (multiprocess mode builds its own registry)
+            REGISTRY.unregister(HTTP_DURATION)
+        HTTP_DURATION = _request_durations(buckets)
+    HTTP_DURATION.labels(route=SIZING_ROUTE, method="GET")
+    for route in INGEST_ROUTES:
+        HTTP_DURATION.labels(route=route, method="POST")
+
+
 def set_build_info(core_backend: str) -> None:
     BUILD_INFO.labels(version=__version__, core_backend=core_backend).set(1)
 
@@ -240,24 +278,48 @@ def set_build_info(core_backend: str) -> None:
 _DB_FILE = re.compile(r"_(\d+)\.db$")
 
 
+def _server_pids(directory: str) -> set[int]:
+    """The pids of the server's processes that wrote to ``directory``: this worker, the workers
+    beside it (children of its parent) and the supervisor that started them (its parent). A pid
+    is taken only while it is one of those, so neither a pid reused by an unrelated process after a
+    worker died, nor a process a worker started (the large-body reducer), is ever taken."""
+    found = {int(m.group(1)) for name in os.listdir(directory) if (m := _DB_FILE.search(name))}
+    me, parent = os.getpid(), os.getppid()
+    return {pid for pid in found if pid in (me, parent) or _parent_of(pid) == parent}
+
+
+class ServingWorkers(_multiprocess.MultiProcessCollector):
+    """prometheus-client's multiprocess collector, whose ``live*`` gauges (the worst worker's change
+    feed and database, the workers' sum of backlog and running analyses) read only the workers that
+    serve now: this one and those beside it. Not the supervisor, which serves nothing and whose
+    gauges kept the 0 they were created with (``ci_sizer_database_ready`` read 0 on a healthy
+    server: issue 39), not a process a worker started (it imports the metrics too), and not a
+    worker that died without marking itself dead. Counters, histograms and the other gauges read
+    every file, as prometheus-client does: a worker that was replaced still counted what it did."""
+
+    def collect(self) -> Iterable[Metric]:
+        serving = _server_pids(self._path) - {os.getppid()}
+        files = []
+        for path in glob.glob(os.path.join(self._path, "*.db")):
+            name = os.path.basename(path)
+            if name.startswith("gauge_live") and (m := _DB_FILE.search(name)) and int(m.group(1)) not in serving:
+                continue
+            files.append(path)
+        return self.merge(files, accumulate=True)  # type: ignore[no-any-return,no-untyped-call]
+
+
 class WorkerProcesses(Collector):
     """``process_*`` and ``python_info`` of each process that writes to the multiprocess directory
-    (the workers, and the supervisor that started them), read from ``/proc`` and labelled ``pid``.
-    A pid is taken only while it is this process, its parent, or a child of its parent, so a pid
-    reused by an unrelated process after a worker died is never read."""
+    (the workers, and the supervisor that started them), read from ``/proc`` and labelled ``pid``
+    (``_server_pids``)."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
 
-    def _pids(self) -> list[int]:
-        found = {int(m.group(1)) for name in os.listdir(self.directory) if (m := _DB_FILE.search(name))}
-        me, parent = os.getpid(), os.getppid()
-        return sorted(pid for pid in found if pid in (me, parent) or _parent_of(pid) == parent)
-
     def collect(self) -> Iterable[Metric]:
         families: dict[str, Metric] = {}
         platform = list(PlatformCollector(registry=None).collect())  # the same interpreter runs every worker
-        for pid in self._pids():
+        for pid in sorted(_server_pids(self.directory)):
             for family in [*ProcessCollector(pid=functools.partial(int, pid), registry=None).collect(), *platform]:
                 out = families.setdefault(family.name, Metric(family.name, family.documentation, family.type))
                 for sample in family.samples:
@@ -278,9 +340,7 @@ def render() -> tuple[bytes, str]:
     directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if directory:
         registry = CollectorRegistry()
-        _multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        ServingWorkers(registry, directory)  # type: ignore[no-untyped-call]
         registry.register(WorkerProcesses(directory))
         return generate_latest(registry), CONTENT_TYPE_LATEST
-    from prometheus_client import REGISTRY
-
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -14,8 +14,8 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.observability import logs
-from service.observability.metrics import HTTP_DURATION, HTTP_REQUESTS
+from service.observability import logs, metrics
+from service.observability.metrics import HTTP_REQUESTS
 
 access_log = logging.getLogger("ci_sizer.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:\-]{1,128}")
@@ -103,5 +103,6 @@ class Observability:
         key = (route, method)
         child = self._durations.get(key)
         if child is None:
-            child = self._durations[key] = HTTP_DURATION.labels(route=route, method=method)
+            # read when first needed: the app's startup gave it the edges of its deadline
+            child = self._durations[key] = metrics.HTTP_DURATION.labels(route=route, method=method)
         return child

@@ -22,7 +22,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.observability.logs import JsonFormatter
-from service.observability.metrics import EXPORTED
+from service.observability.metrics import EXPORTED, latency_buckets
+from service.runs.bodies import MIN_BYTES
 
 from ..helpers import MIB, container, post_runs, run, sizing, sizing_path
 
@@ -345,6 +346,19 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
         with httpx.Client(base_url=base, timeout=5) as c:
             for _ in range(40):
                 assert c.get("/api/v1/sizing/a/b/c/d").status_code == 200
+            # issue 39: the worst worker's readiness says what /readyz says, whichever worker answers
+            # (the supervisor, which serves nothing, kept a 0 in the directory, and this read 0)
+            for _ in range(10):
+                assert c.get("/readyz").status_code == 200
+                assert value(samples(c.get("/metrics").text), "ci_sizer_database_ready") == 1
+            # a large body is reduced in a process a worker starts, which writes to the directory too:
+            # its six stats are counted, and its gauges (created at 0) are no worker's readiness
+            samples_run = run(1, container(cpu=[float(i % 97) for i in range(60_000)]))
+            assert len(json.dumps(samples_run)) > MIN_BYTES
+            assert c.post("/api/v1/runs", json=samples_run, timeout=60).status_code == 201
+            after = samples(c.get("/metrics").text)
+            assert value(after, "ci_sizer_core_compute_duration_seconds_count", operation="six_stats") == 1
+            assert value(after, "ci_sizer_database_ready") == 1
             text = c.get("/metrics").text
             pids_seen = set()
             for _ in range(20):  # whichever worker answers, every worker's process is there
@@ -356,6 +370,14 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
                 assert {s.labels["pid"] for s in families["process_cpu_seconds"].samples} == pids
         assert len(pids_seen) == len(pids)  # the same processes at every scrape
         snapshot = samples(text)
+        # the latency histogram's edges are the configured deadline's (250 ms), in every process's
+        # file: none written with other edges before the app's startup chose them
+        edges = {
+            dict(labels)["le"]
+            for name, labels in snapshot
+            if name == "ci_sizer_http_request_duration_seconds_bucket" and dict(labels)["route"] == SIZING_ROUTE
+        }
+        assert edges == {*(str(e) for e in latency_buckets(0.25)), "+Inf"}
         served = value(snapshot, "ci_sizer_http_requests_total", route=SIZING_ROUTE, method="GET", status_class="2xx")
         assert served == 40  # summed across both workers' files
         assert value(snapshot, "ci_sizer_recommendations_total", phase="unknown", override_scope="global") == 40

@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -26,6 +27,7 @@ from service.runs.retention import Pruner
 from service.settings import Settings
 
 from ..helpers import run
+from .promtool import TARGET, evaluate, replay, series_of
 from .test_metrics import samples, scrape, value
 
 UNREACHABLE = "postgresql+asyncpg://postgres@127.0.0.1:1/nowhere"
@@ -33,9 +35,13 @@ UNREACHABLE = "postgresql+asyncpg://postgres@127.0.0.1:1/nowhere"
 
 def test_labelled_counters_exist_before_their_first_event() -> None:
     # a fresh process that has served nothing: every label set a dashboard or alert rate() reads is
-    # there at 0, so `rate(...)` is 0 rather than missing (no data) until the first event
+    # there at 0, so `rate(...)` is 0 rather than missing (no data) until the first event (the
+    # request durations once the app's startup gave them the edges of its deadline)
+    script = (
+        "from service.observability import metrics as m; m.use_sizing_deadline(0.25); print(m.render()[0].decode())"
+    )
     text = subprocess.run(
-        [sys.executable, "-c", "from service.observability.metrics import render; print(render()[0].decode())"],
+        [sys.executable, "-c", script],
         capture_output=True,
         text=True,
         check=True,
@@ -109,13 +115,16 @@ async def test_the_readiness_gauge_follows_the_database_without_a_probe(db_url: 
         await bad.dispose()
 
 
-async def test_change_feed_gauge_follows_the_listening_connection(make_client: Any, db_url: str) -> None:
+async def test_change_feed_gauge_follows_the_listening_connection(
+    make_client: Any, db_url: str, promtool: str, repo_root: Path, tmp_path: Path
+) -> None:
     if not db_url.startswith("postgresql"):
         pytest.skip("the change feed is PostgreSQL's LISTEN/NOTIFY")
     async with make_client() as client:
         feed = client.app.state.change_feed
         feed.retry_seconds = 0.5
-        assert value(await scrape(client), "ci_sizer_change_feed_up", channel=CHANNEL) == 1
+        up = await scrape(client)
+        assert value(up, "ci_sizer_change_feed_up", channel=CHANNEL) == 1
         u = make_url(db_url)
         admin = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
         try:
@@ -126,11 +135,18 @@ async def test_change_feed_gauge_follows_the_listening_connection(make_client: A
             )
             assert killed == 1
             await _until(lambda: not feed.listening.is_set())
-            assert value(await scrape(client), "ci_sizer_change_feed_up", channel=CHANNEL) == 0
+            down = await scrape(client)
+            assert value(down, "ci_sizer_change_feed_up", channel=CHANNEL) == 0
             await asyncio.wait_for(feed.listening.wait(), 10)
             assert value(await scrape(client), "ci_sizer_change_feed_up", channel=CHANNEL) == 1
         finally:
             await admin.close()
+    # CiSizerChangeFeedDown on these scrapes: quiet while the feed listens, firing once it has been
+    # down for its 2 minutes
+    alert = "CiSizerChangeFeedDown"
+    names = series_of(repo_root, alert)
+    evaluate(promtool, repo_root, tmp_path, alert, replay(up, up, names, 10), eval_time="5m", exp_labels=[])
+    evaluate(promtool, repo_root, tmp_path, alert, replay(up, down, names, 10), eval_time="5m", exp_labels=[TARGET])
 
 
 async def _until(check: Any, seconds: float = 10.0) -> None:
@@ -140,7 +156,9 @@ async def _until(check: Any, seconds: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
-async def test_retention_backlog_counts_jobs_whose_pruning_failed(db_url: str) -> None:
+async def test_retention_backlog_counts_jobs_whose_pruning_failed(
+    db_url: str, promtool: str, repo_root: Path, tmp_path: Path
+) -> None:
     bad = build_engine(UNREACHABLE)
     good = build_engine(db_url)
     cache = AnswerCache(10)
@@ -149,13 +167,22 @@ async def test_retention_backlog_counts_jobs_whose_pruning_failed(db_url: str) -
         for job_id in (1, 2, 3):
             pruner.note(job_id, ScopeKey("o", "r", "w", f"j{job_id}"))
         await pruner.run_once(build_sessionmaker(bad), cache)
-        assert value(samples(metrics.render()[0].decode()), "ci_sizer_retention_backlog_jobs") == 3
+        failing = samples(metrics.render()[0].decode())
+        assert value(failing, "ci_sizer_retention_backlog_jobs") == 3
         assert len(pruner.pending) == 3
         await pruner.run_once(build_sessionmaker(good), cache)  # no such jobs: nothing to prune, no failure
-        assert value(samples(metrics.render()[0].decode()), "ci_sizer_retention_backlog_jobs") == 0
+        healthy = samples(metrics.render()[0].decode())
+        assert value(healthy, "ci_sizer_retention_backlog_jobs") == 0
     finally:
         await bad.dispose()
         await good.dispose()
+    # CiSizerRetentionBacklog: quiet while passes succeed, firing once they have failed for 15 minutes
+    alert = "CiSizerRetentionBacklog"
+    names = series_of(repo_root, alert)
+    evaluate(promtool, repo_root, tmp_path, alert, replay(healthy, healthy, names, 25), eval_time="20m", exp_labels=[])
+    firing = replay(healthy, failing, names, 25)
+    evaluate(promtool, repo_root, tmp_path, alert, firing, eval_time="10m", exp_labels=[])
+    evaluate(promtool, repo_root, tmp_path, alert, firing, eval_time="20m", exp_labels=[TARGET])
 
 
 async def test_retention_counts_the_runs_it_deletes(make_client: Any) -> None:
@@ -168,7 +195,7 @@ async def test_retention_counts_the_runs_it_deletes(make_client: Any) -> None:
         assert value(await scrape(client), "ci_sizer_retention_pruned_runs_total") - before == 2
 
 
-async def test_analyses_are_counted_by_result(db_url: str) -> None:
+async def test_analyses_are_counted_by_result(db_url: str, promtool: str, repo_root: Path, tmp_path: Path) -> None:
     engine = build_engine(db_url)
 
     def count(result: str) -> float:
@@ -187,9 +214,11 @@ async def test_analyses_are_counted_by_result(db_url: str) -> None:
     limits = analyses.Limits()
     try:
         done, failed, interrupted = count("done"), count("failed"), count("interrupted")
+        scrapes = [samples(metrics.render()[0].decode())]
         for prepare in (good, broken):
             analysis_id = await analyses.create(engine=engine, kind="backtest", request={}, created_by="t")
             await analyses.run(engine=engine, analysis_id=analysis_id, prepare=prepare, kind="backtest", limits=limits)
+            scrapes.append(samples(metrics.render()[0].decode()))
         assert (count("done") - done, count("failed") - failed) == (1, 1)
         analysis_id = await analyses.create(engine=engine, kind="backtest", request={}, created_by="t")
         task = asyncio.create_task(
@@ -202,10 +231,19 @@ async def test_analyses_are_counted_by_result(db_url: str) -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         assert count("interrupted") - interrupted == 1
-        assert value(samples(metrics.render()[0].decode()), "ci_sizer_analyses_running", kind="backtest") == 0
+        interrupting = samples(metrics.render()[0].decode())
+        assert value(interrupting, "ci_sizer_analyses_running", kind="backtest") == 0
     finally:
         limits.close()
         await engine.dispose()
+    # CiSizerAnalysesFailing: quiet on analyses done or interrupted, firing on the failed one
+    alert = "CiSizerAnalysesFailing"
+    names = series_of(repo_root, alert)
+    before, after_done, after_failed = scrapes
+    for quiet in (replay(before, after_done, names, 10), replay(after_failed, interrupting, names, 10)):
+        evaluate(promtool, repo_root, tmp_path, alert, quiet, eval_time="5m", exp_labels=[])
+    firing = replay(after_done, after_failed, names, 10)
+    evaluate(promtool, repo_root, tmp_path, alert, firing, eval_time="5m", exp_labels=[{"kind": "backtest"}])
 
 
 def test_rule_metrics_are_documented(repo_root: Any) -> None:
@@ -218,3 +256,38 @@ def test_exposition_has_no_series_without_help() -> None:
     for family in text_string_to_metric_families(metrics.render()[0].decode()):
         if family.name.startswith("ci_sizer_"):
             assert family.documentation, family.name
+
+
+async def test_run_posts_that_fail_fire_the_ingest_alert(
+    make_client: Any, db_url: str, promtool: str, repo_root: Path, tmp_path: Path
+) -> None:
+    # runs posted while another session holds the tables: each waits its ingest timeout and is
+    # answered 503 (the collector retries, then spools); CiSizerIngestUnavailable reads the share
+    if not db_url.startswith("postgresql"):
+        pytest.skip("a table lock that stops the writes of a PostgreSQL database")
+    job = {"org": "acme", "repo": "web", "workflow": "ci.yml", "job": "build"}
+    async with make_client(ingest_timeout_seconds=0.3) as client:
+        healthy_start = await scrape(client)
+        for n in range(10):
+            assert (await client.post("/api/v1/runs", json=run(n, job=job))).status_code == 201
+        healthy = await scrape(client)
+        u = make_url(db_url)
+        locker = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+        try:
+            async with locker.transaction():
+                await locker.execute("LOCK TABLE jobs, runs IN ACCESS EXCLUSIVE MODE")
+                answers = await asyncio.gather(
+                    *(client.post("/api/v1/runs", json=run(100 + n, job=job)) for n in range(10))
+                )
+        finally:
+            await locker.close()
+        failing = await scrape(client)
+    assert [a.status_code for a in answers] == [503] * 10
+    alert = "CiSizerIngestUnavailable"
+    names = series_of(repo_root, alert)
+    evaluate(
+        promtool, repo_root, tmp_path, alert, replay(healthy_start, healthy, names, 15), eval_time="10m", exp_labels=[]
+    )
+    firing = replay(healthy, failing, names, 15)
+    evaluate(promtool, repo_root, tmp_path, alert, firing, eval_time="4m", exp_labels=[])  # its 5 minutes not yet up
+    evaluate(promtool, repo_root, tmp_path, alert, firing, eval_time="10m", exp_labels=[{}])

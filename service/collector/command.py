@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from service.growth import Options, Report
 
 
+#: what the spawn may add to the collector's resident set after the high-water mark is read (a pipe,
+#: the Popen object): a command's ru_maxrss above the mark by less than this is taken as inherited
+INHERITED_SLACK_BYTES = 1 << 20
+
+
 def run_collect(
     *,
     command: list[str],
@@ -61,12 +66,17 @@ def run_collect(
         from service import growth
 
         guard = growth.prepare(grow, say) if grow is not None else None
+        # the command's ru_maxrss starts at what the collector's memory was when it forked; VmHWM is
+        # read before and after the spawn, since the kernel updates the high-water mark lazily (a
+        # read after the collector freed memory can be below what the fork carried), and a page or so
+        # that the spawn itself allocates is within the slack
+        inherited = _own_peak_rss()
         try:
             child, guard = growth.spawn(command, guard, say)
         except OSError as exc:
             say(f"ci-sizer: cannot run {command[0]!r}: {exc}")
             return 127
-        inherited = _own_peak_rss()  # read after the spawn: at least what the command inherited
+        inherited = max(inherited, _own_peak_rss()) + INHERITED_SLACK_BYTES
         if source is None and not cgroup:
             source = ProcTree(child.pid)
         sampler = Sampler(source, interval).start() if source is not None else None

@@ -238,7 +238,8 @@ def test_argo_apply_pod_spec_patch_keeps_resize_policy(texts: dict[str, str], tm
 def test_buildkite_patch_pod_spec_keeps_resize_policy(texts: dict[str, str], tmp_path: Path) -> None:
     # agent-stack-k8s internal/controller/scheduler/scheduler.go PatchPodSpec: the same strategic merge
     # (k8s.io/api v0.36) after its command checks, which a patch without command or args passes
-    patch = yaml.safe_load(texts["buildkite"])["kubernetes"]["podSpecPatch"]
+    # format=buildkite answers the podSpecPatch's containers items (issue 32), placed in the user's one entry
+    patch = {"containers": yaml.safe_load(texts["buildkite"])}
     spec = kubectl_merge(with_template_policy(rp.buildkite_pod(), "container-0"), patch, tmp_path)
     assert resize_policy_of(spec, "container-0") == WANT
     assert resize_policy_of(spec, "agent") is None
@@ -254,14 +255,16 @@ def test_jenkins_combine_keeps_resize_policy(texts: dict[str, str]) -> None:
     # kubernetes-plugin PodTemplateBuilder: combine(yaml pod, containerTemplates); PodTemplateUtils.combine
     # (Container parent, Container template) builds the result with new ContainerBuilder(parent), the
     # yaml's container, so its resizePolicy stays (a template sets only image, command, resources, env, ...)
-    pod = rp.jenkins_apply(rp.jenkins_pod((("jnlp", "jenkins/inbound-agent:latest"),)), texts["jenkins"])
+    pod = rp.jenkins_apply([rp.jenkins_template("jnlp", "jenkins/inbound-agent:latest")], [texts["jenkins"]])
     assert resize_policy_of(pod, "jnlp") == WANT
 
 
 def test_arc_hook_template_keeps_resize_policy(texts: dict[str, str]) -> None:
     # runner-container-hooks packages/k8s/src/k8s/utils.ts mergeContainerWithOptions copies every field but
     # name and image; @kubernetes/client-node 1.4 serializes V1Container.resizePolicy
-    pod = rp.arc_apply(with_template_policy(rp.arc_pod(), "job"), texts["arc"])
+    # format=arc is the hook template as one line of JSON (issue 32), which the recipe writes (merged with
+    # a template of the user's own by jq) to ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE
+    pod = rp.arc_pod(json.loads(texts["arc"]))
     assert resize_policy_of(pod, "job") == WANT
 
 
@@ -272,4 +275,5 @@ def test_formats_without_the_field_do_not_write_it(texts: dict[str, str]) -> Non
     for fmt in ("tekton", "tekton-v1beta1", "gitlab", "dotenv"):
         assert "resizePolicy" not in texts[fmt], fmt
     spec = yaml.safe_load(texts["tekton"])
-    rp.tekton_apply(("build",), (), spec, v1=True)  # still valid input for the controller
+    task = {"steps": [{"name": "build", "image": "golang:1.23"}]}
+    rp.tekton_apply(task, spec, v1=True)  # the TaskRun spec's stepSpecs: still valid input for the controller

@@ -12,7 +12,7 @@ from service import changes
 from service.auth import AdminPrincipal, AuthenticatedRoute, ReadPrincipal
 from service.cache import AnswerCache
 from service.db import UnitOfWork, UnitOfWorkDep, WriteUnitOfWorkDep
-from service.deps import AnswersDep, SummariesDep
+from service.deps import AnswersDep, EngineDep, SummariesDep
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -23,6 +23,7 @@ from service.errors import (
     Unauthorized,
     problem_responses,
 )
+from service.jobs import risk
 from service.jobs.summaries import SummaryRefresher
 from service.keys import Scope, ScopeKey
 from service.overrides import service as overrides_service
@@ -114,10 +115,65 @@ def to_public(o: Override) -> OverridePublic:
     )
 
 
+class PinRiskPublic(BaseModel):
+    """A container the override would put below what it uses."""
+
+    org: str
+    repo: str
+    workflow: str
+    job: str
+    container: str
+    field: Literal["memory_limit", "cpu_limit"]
+    pinned: str = Field(description="the value the override would give it (a quantity)")
+    pinned_value: int = Field(description="bytes or millicores")
+    used: str = Field(description="the highest memory peak or CPU p95 of the job's newest runs (a quantity)")
+    used_value: float = Field(description="bytes or millicores")
+    runs: int = Field(description="the newest runs it was read from")
+
+
+class OverrideCheckPublic(BaseModel):
+    """What a PUT with ``?dry_run=true`` answers: nothing is written."""
+
+    dry_run: Literal[True] = True
+    scope: Scope
+    jobs: int = Field(description="the jobs the override's scope covers")
+    below_use: list[PinRiskPublic] = Field(
+        description="every container whose pinned memory limit would be below its peak (killed on every run: "
+        "pins skip the OOM backoff) or whose pinned CPU limit would be below its CPU p95 (throttled), "
+        "worst first; per job each field resolves as the answer does (rules O2-O3)"
+    )
+
+
+def _risk_public(r: risk.PinRisk) -> PinRiskPublic:
+    memory = r.field == "memory_limit"
+    fmt = format_memory if memory else format_cpu
+    step = 1 << 20 if memory else 1  # a canonical quantity: memory in whole MiB, CPU in millicores, rounded up
+    used = int(-(-r.used // step)) * step
+    return PinRiskPublic(
+        org=r.key.org,
+        repo=r.key.repo,
+        workflow=r.key.workflow,
+        job=r.key.job,
+        container=r.container,
+        field=r.field,
+        pinned=fmt(r.pinned),
+        pinned_value=r.pinned,
+        used=fmt(used),
+        used_value=r.used,
+        runs=r.runs,
+    )
+
+
+#: the least a memory value may be pinned at: the floors of the computed values (rules S10, S12); below
+#: them a pin is almost always a unit left out ("500" is 500 bytes), and no build runs in it
+MEMORY_FLOORS = {"memory_request": (32 << 20, "32Mi", "S10"), "memory_limit": (128 << 20, "128Mi", "S12")}
+
+
 def pins_of(body: OverridePut) -> Pins:
     """Rule O1: quantities parse, are > 0, at least one is pinned, request <= limit in the body;
     and an expiry, when given, is in the future (an override that is expired when written would
-    be stored and listed, but never applied)."""
+    be stored and listed, but never applied). A memory pin below the floor of the computed value
+    (``MEMORY_FLOORS``) is refused too."""
     errors: list[dict[str, str]] = []
     values: dict[str, int | None] = {}
     for name, parse, maximum in (
@@ -135,10 +191,20 @@ def pins_of(body: OverridePut) -> Pins:
         except QuantityError as exc:
             errors.append({"field": f"body/{name}", "message": str(exc)})
             continue
+        floor = MEMORY_FLOORS.get(name)
         if parsed <= 0:
             errors.append({"field": f"body/{name}", "message": "must be greater than zero"})
         elif parsed > maximum:
             errors.append({"field": f"body/{name}", "message": "is larger than any node"})
+        elif floor is not None and parsed < floor[0]:
+            hint = f"; a bare number is bytes: did you mean {text.strip()}Mi?" if text.strip().isdigit() else ""
+            errors.append(
+                {
+                    "field": f"body/{name}",
+                    "message": f"{text!r} is {parsed:,} bytes, below {floor[1]}, the least a {name.replace('_', ' ')} "
+                    f"is given (rule {floor[2]}){hint}",
+                }
+            )
         else:
             values[name] = parsed
     if body.expires_at is not None and body.expires_at <= utcnow():
@@ -162,7 +228,9 @@ def pins_of(body: OverridePut) -> Pins:
                     }
                 )
     if errors:
-        raise InvalidInput("invalid override: " + ", ".join(e["field"] for e in errors), errors=errors)
+        raise InvalidInput(
+            "invalid override: " + "; ".join(f"{e['field']}: {e['message']}" for e in errors), errors=errors
+        )
     return Pins(
         cpu_request_millicores=values["cpu_request"],
         cpu_limit_millicores=values["cpu_limit"],
@@ -254,14 +322,26 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
         body: OverridePut,
         response: Response,
         uow: WriteUnitOfWorkDep,
+        engine: EngineDep,
         answers: AnswersDep,
         summaries: SummariesDep,
         principal: AdminPrincipal,
         if_match: Annotated[str | None, Header()] = None,
         if_none_match: Annotated[str | None, Header()] = None,
-    ) -> OverridePublic:
+        dry_run: Annotated[
+            bool,
+            Query(
+                description="check the body and say which jobs the override would put below what they use; "
+                "write nothing (preconditions are not checked)"
+            ),
+        ] = False,
+    ) -> OverridePublic | OverrideCheckPublic:
         principal.ensure_org(key.org)
         pins = pins_of(body)
+        if dry_run:  # reads on the read engine: the write session is never begun, no lock is taken
+            async with engine.connect() as conn:
+                jobs, below = await risk.pin_check(conn=conn, key=key, pins=pins)
+            return OverrideCheckPublic(scope=key.scope, jobs=jobs, below_use=[_risk_public(r) for r in below])
         saved, created = await overrides_service.put(
             session=uow.session,
             key=key,
@@ -308,10 +388,10 @@ for _path, _dep in _SCOPE_PATHS:
         _path,
         _put,
         methods=["PUT"],
-        response_model=OverridePublic,
+        response_model=OverridePublic | OverrideCheckPublic,
         status_code=200,
         operation_id=f"put_override_{_scope}",
-        summary=f"Create (201) or replace (200) the {_scope}-scope override",
+        summary=f"Create (201) or replace (200) the {_scope}-scope override; with dry_run=true, check it (200)",
         responses={
             201: {"model": OverridePublic, "description": "created"},
             **problem_responses(BadRequest, InvalidInput, PreconditionFailed, PayloadTooLarge, Unauthorized, Forbidden),

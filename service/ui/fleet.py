@@ -1,0 +1,125 @@
+"""The fleet view (the jobs list with money and risk, totals by org and repo) and the trends view."""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import Query
+from fastapi.responses import HTMLResponse
+
+from service.auth import ReadPrincipal
+from service.deps import EngineDep, SettingsDep
+from service.jobs import service as jobs_service
+from service.jobs import trends
+from service.jobs.money import Prices
+from service.jobs.service import Sort
+from service.plots import line_panels
+from service.ui.render import PAGE_SIZE, Name, render, router
+
+Phase = Literal["", "unknown", "learning", "confident"]
+
+
+@router.get("/fragments/jobs")
+async def fleet(
+    principal: ReadPrincipal,
+    engine: EngineDep,
+    settings: SettingsDep,
+    org: Name = None,
+    repo: Name = None,
+    workflow: Name = None,
+    q: Name = None,
+    phase: Phase = "",
+    sort: Sort = "money",
+    cursor: Annotated[str | None, Query(max_length=2000)] = None,
+) -> HTMLResponse:
+    prices = Prices.of(settings)
+    flt = jobs_service.job_filter(
+        principal, org=org or None, repo=repo or None, workflow=workflow or None, job=None, phase=phase or None, q=q
+    )
+    page, totals = await jobs_service.read_page(
+        engine=engine, principal=principal, flt=flt, sort=sort, limit=PAGE_SIZE, cursor=cursor or None, prices=prices
+    )
+    async with engine.connect() as conn:
+        by_org = await jobs_service.breakdown(conn=conn, flt=flt, orgs=principal.orgs, prices=prices, by="org")
+        by_repo = await jobs_service.breakdown(conn=conn, flt=flt, orgs=principal.orgs, prices=prices, by="repo")
+    return render(
+        "jobs.html",
+        rows=[jobs_service.public(r, prices) for r in page.rows],
+        totals=totals,
+        by_org=by_org,
+        by_repo=by_repo,
+        next_cursor=page.next_cursor,
+        first_page=not cursor,
+        window_days=jobs_service.WINDOW_DAYS,
+        currency=prices.currency,
+        prices=prices,
+    )
+
+
+def trend_plot(days: list[trends.Day], currency: str) -> str | None:
+    """Per day: runs and OOM-killed runs; what the runs could have saved at today's answers (money)."""
+    if not days or not any(d.runs for d in days):
+        return None
+    start = datetime.combine(days[0].day, time())
+
+    def x(d: trends.Day) -> float:
+        return (datetime.combine(d.day, time()) + timedelta(hours=12) - start).total_seconds()
+
+    label = f"{days[0].day} to {days[-1].day}"
+    hover: list[dict[str, list[str]]] = [
+        {
+            "runs": [f"{d.day}: {d.runs} runs" for d in days],
+            "OOM-killed": [f"{d.day}: {d.oom_kills} runs OOM-killed" for d in days],
+        },
+        {"could save": [f"{d.day}: {d.could_save_money:,.2f} {currency}" for d in days]},
+    ]
+    return line_panels(
+        f"the last {len(days)} days ({label}, UTC), per day",
+        [
+            (
+                "runs, runs OOM-killed",
+                {"runs": [(x(d), d.runs) for d in days], "OOM-killed": [(x(d), d.oom_kills) for d in days]},
+            ),
+            (f"could save at today's answers ({currency})", {"could save": [(x(d), d.could_save_money) for d in days]}),
+        ],
+        panel_height=150,
+        hover=hover,
+    )
+
+
+@router.get("/fragments/trends")
+async def trends_view(
+    principal: ReadPrincipal,
+    engine: EngineDep,
+    settings: SettingsDep,
+    org: Name = None,
+    repo: Name = None,
+    workflow: Name = None,
+    q: Name = None,
+) -> HTMLResponse:
+    prices = Prices.of(settings)
+    flt = jobs_service.job_filter(
+        principal, org=org or None, repo=repo or None, workflow=workflow or None, job=None, phase=None, q=q
+    )
+    async with engine.connect() as conn:
+        days = await trends.trend(conn=conn, flt=flt, orgs=principal.orgs, prices=prices)
+    return render("trends.html", **trend_context(days, prices), scope=_scope_text(org, repo, workflow, q))
+
+
+def trend_context(days: list[trends.Day], prices: Prices) -> dict[str, Any]:
+    """What ``trends_table.html`` shows of a trend (the trends view and the job view)."""
+    return {
+        "days": list(reversed(days)),
+        "trend_plot": trend_plot(days, prices.currency),
+        "series": trends.SERIES,
+        "growths_recorded": any(d.growths is not None for d in days),
+        "currency": prices.currency,
+        "sums": {key: sum(getattr(d, key) or 0 for d in days) for key, _ in trends.SERIES},
+    }
+
+
+def _scope_text(org: str | None, repo: str | None, workflow: str | None, q: str | None) -> str:
+    parts = [p for p in (org, repo, workflow) if p]
+    text = " / ".join(parts) if parts else "the whole fleet"
+    return f"{text}, names containing {q!r}" if q else text

@@ -14,6 +14,7 @@ from service.deps import EngineDep, SettingsDep
 from service.errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from service.jobs import service as jobs_service
 from service.jobs.money import Prices
+from service.jobs.public import public as job_public
 from service.jobs.service import Sort
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
@@ -168,7 +169,7 @@ async def list_jobs(
         params["cursor"] = page.next_cursor
         response.headers["Link"] = f'<{request.url.path}?{urlencode(params, quote_via=quote)}>; rel="next"'
     return JobsPublic(
-        items=[JobPublic.model_validate(jobs_service.public(r, prices)) for r in page.rows],
+        items=[JobPublic.model_validate(job_public(r, prices)) for r in page.rows],
         next_cursor=page.next_cursor,
         totals=JobTotalsPublic.model_validate(totals),
     )

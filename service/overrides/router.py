@@ -27,6 +27,7 @@ from service.jobs import risk
 from service.jobs.summaries import SummaryRefresher
 from service.keys import Scope, ScopeKey
 from service.overrides import service as overrides_service
+from service.overrides.schemas import OverrideCheckPublic, check_public
 from service.overrides.service import ListFilter, Pins
 from service.paths import job_key, org_key, repo_key, workflow_key
 from service.quantity import QuantityError, format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
@@ -112,55 +113,6 @@ def to_public(o: Override) -> OverridePublic:
         updated_at=to_rfc3339(o.updated_at) or "",
         updated_by=o.updated_by,
         etag=overrides_service.etag(o),
-    )
-
-
-class PinRiskPublic(BaseModel):
-    """A container the override would put below what it uses."""
-
-    org: str
-    repo: str
-    workflow: str
-    job: str
-    container: str
-    field: Literal["memory_limit", "cpu_limit"]
-    pinned: str = Field(description="the value the override would give it (a quantity)")
-    pinned_value: int = Field(description="bytes or millicores")
-    used: str = Field(description="the highest memory peak or CPU p95 of the job's newest runs (a quantity)")
-    used_value: float = Field(description="bytes or millicores")
-    runs: int = Field(description="the newest runs it was read from")
-
-
-class OverrideCheckPublic(BaseModel):
-    """What a PUT with ``?dry_run=true`` answers: nothing is written."""
-
-    dry_run: Literal[True] = True
-    scope: Scope
-    jobs: int = Field(description="the jobs the override's scope covers")
-    below_use: list[PinRiskPublic] = Field(
-        description="every container whose pinned memory limit would be below its peak (killed on every run: "
-        "pins skip the OOM backoff) or whose pinned CPU limit would be below its CPU p95 (throttled), "
-        "worst first; per job each field resolves as the answer does (rules O2-O3)"
-    )
-
-
-def _risk_public(r: risk.PinRisk) -> PinRiskPublic:
-    memory = r.field == "memory_limit"
-    fmt = format_memory if memory else format_cpu
-    step = 1 << 20 if memory else 1  # a canonical quantity: memory in whole MiB, CPU in millicores, rounded up
-    used = int(-(-r.used // step)) * step
-    return PinRiskPublic(
-        org=r.key.org,
-        repo=r.key.repo,
-        workflow=r.key.workflow,
-        job=r.key.job,
-        container=r.container,
-        field=r.field,
-        pinned=fmt(r.pinned),
-        pinned_value=r.pinned,
-        used=fmt(used),
-        used_value=r.used,
-        runs=r.runs,
     )
 
 
@@ -341,7 +293,7 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
         if dry_run:  # reads on the read engine: the write session is never begun, no lock is taken
             async with engine.connect() as conn:
                 jobs, below = await risk.pin_check(conn=conn, key=key, pins=pins)
-            return OverrideCheckPublic(scope=key.scope, jobs=jobs, below_use=[_risk_public(r) for r in below])
+            return OverrideCheckPublic(scope=key.scope, jobs=jobs, below_use=[check_public(r) for r in below])
         saved, created = await overrides_service.put(
             session=uow.session,
             key=key,

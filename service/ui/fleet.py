@@ -13,6 +13,7 @@ from service.deps import EngineDep, SettingsDep
 from service.jobs import service as jobs_service
 from service.jobs import trends
 from service.jobs.money import Prices
+from service.jobs.public import public as job_public
 from service.jobs.service import Sort
 from service.plots import line_panels
 from service.ui.render import PAGE_SIZE, Name, render, router
@@ -45,7 +46,7 @@ async def fleet(
         by_repo = await jobs_service.breakdown(conn=conn, flt=flt, orgs=principal.orgs, prices=prices, by="repo")
     return render(
         "jobs.html",
-        rows=[jobs_service.public(r, prices) for r in page.rows],
+        rows=[job_public(r, prices) for r in page.rows],
         totals=totals,
         by_org=by_org,
         by_repo=by_repo,

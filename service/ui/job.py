@@ -14,6 +14,7 @@ from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.jobs import service as jobs_service
 from service.jobs import summaries, trends
 from service.jobs.money import Prices, money_block
+from service.jobs.public import public as job_public
 from service.jobs.service import JobFilter
 from service.keys import SCOPES, ScopeKey
 from service.overrides import service as overrides_service
@@ -174,7 +175,7 @@ async def job_view(
     answer = rec.answer
     wire = answer.as_dict()
     rendered = {name: render_format(answer, None) for name, render_format in formats.RENDERERS.items()}
-    row = None if today is None else jobs_service.public(_Summary(key, today), prices)
+    row = None if today is None else job_public(_Summary(key, today), prices)
     return render(
         "job.html",
         key=key,

@@ -57,7 +57,8 @@ def money(value: float | None, currency: str) -> str:
     if value is None:
         return "-"
     digits = 0 if abs(value) >= 100 else 2 if abs(value) >= 1 else 3
-    return f"{value:,.{digits}f} {currency}"
+    shown = round(value, digits) or 0.0  # no "-0.000"
+    return f"{shown:,.{digits}f} {currency}"
 
 
 def when(value: str | None, seconds: bool = False) -> str:

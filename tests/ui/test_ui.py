@@ -240,6 +240,7 @@ def test_measured_memory_and_money_read_as_a_person_writes_them() -> None:
     assert human_memory(512) == "512 B"
     assert human_memory(None) == "-"
     assert money(0.0142, "USD") == "0.014 USD"
+    assert money(-0.0004, "USD") == "0.000 USD"  # never "-0.000"
     assert money(12.345, "EUR") == "12.35 EUR"
     assert money(-1234.5, "USD") == "-1,234 USD"  # whole units from 100 (round half to even)
     assert when("2026-11-26T09:43:28.372792Z") == "2026-11-26 09:43"

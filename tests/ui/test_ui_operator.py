@@ -76,7 +76,7 @@ def server(
         ):
             assert api(live.url, "PUT", f"/api/v1/sizing/overrides/{path}", json=body).status_code == 201
         wait(lambda: summarised(live.url, len(fleet.jobs())), "the fleet's summaries", timeout=60)
-        wait(lambda: _item(live.url, LINKER)["risk"]["level"] == "critical", "the pinned job's risk", timeout=30)
+        wait(lambda: _item(live.url, LINKER)["override_scope"] == "repo", "the pinned job's summary", timeout=30)
         yield live.url
     import asyncio
 
@@ -178,6 +178,127 @@ def _money(value: float) -> str:
 
 def _cells(row: WebElement) -> dict[str, str]:
     return {c.get_attribute("data-label") or "": c.text for c in row.find_elements(By.CSS_SELECTOR, "td")}
+
+
+# --------------------------------------------------------------------------- money, severity, trends
+# (first: they read the realistic fleet alone, and make the screenshots of docs/ui.md)
+
+
+def test_money_in_the_fleet_totals_groups_and_rows_is_the_api_s(driver: WebDriver, server: str) -> None:
+    open_page(driver, server, SECRETS["admin"], "#fleet?org=initech&sort=money")
+    totals = _totals(server, org="initech")
+    assert by(driver, "[data-total=money_day]").text == _money(totals["saved_money"]["per_day"])
+    assert by(driver, "[data-total=money_month]").text == _money(totals["saved_money"]["per_month"])
+    rows = all_of(driver, "#jobs-fragment tr.job-row")
+    items = _items(server, org="initech", sort="money")
+    assert [r.get_attribute("data-job") for r in rows] == [i["job"] for i in items]
+    money = [i["saved_money"]["per_day"] for i in items]
+    assert money == sorted(money, reverse=True)
+    # by repo: each group is the API's totals of that repo
+    groups = all_of(driver, "[data-testid=by-repo] tbody tr")
+    assert len(groups) == 3
+    for g in groups:
+        org, repo = (g.get_attribute("data-group") or "").split("/", 1)
+        want = _totals(server, org=org, repo=repo)["saved_money"]["per_day"]
+        assert by(g, "[data-money=day]").text == _money(want)
+
+
+def test_severity_sorts_and_colours_the_fleet_with_a_row_per_container(
+    driver: WebDriver, server: str, fleet: fleet_data.Fleet, screenshots: Path
+) -> None:
+    open_page(driver, server, SECRETS["admin"], "#fleet?sort=risk")
+    rows = all_of(driver, "#jobs-fragment tr.job-row")
+    levels = [next((lvl for lvl in ("critical", "high", "warn") if f"risk-{lvl}" in (r.get_attribute("class") or "")), "")
+              for r in rows]  # fmt: skip
+    order = {"critical": 0, "high": 1, "warn": 2, "": 3}
+    assert [order[lvl] for lvl in levels] == sorted(order[lvl] for lvl in levels)
+    assert {"critical", "high", "warn"} <= set(levels)
+    colour = driver.execute_script(
+        "return getComputedStyle(arguments[0].querySelector('td')).boxShadow", rows[levels.index("critical")]
+    )
+    assert "176, 0, 32" in colour  # the critical red
+    # the throttled jobs are those the CPU pin holds below their p95
+    throttled = {r.get_attribute("data-job") for r, lvl in zip(rows, levels, strict=True) if lvl == "warn"}
+    assert throttled
+    assert throttled <= set(fleet_data.LAYOUT["globex"]["infra"]["terraform.yml"])
+    # a pod with a sidecar has a row per container
+    side = all_of(driver, "#jobs-fragment tr.container-row[data-parent=docker-image]")
+    assert [r.get_attribute("data-container") for r in side] == ["build", "dind"]
+    assert "peak 8" in side[1].text or "peak 9" in side[1].text  # the Docker daemon's ~900 MiB
+    shot(driver, screenshots / "fleet.png", size=(1400, 1700), whole=False)
+    driver.set_window_size(*PHONE)
+    try:
+        wait(lambda: driver.execute_script("return window.innerWidth") <= PHONE[0], "the phone width")
+        assert not page_overflows(driver)
+        card = all_of(driver, "#jobs-fragment tr.job-row")[0]
+        assert driver.execute_script("return getComputedStyle(arguments[0]).display", card) == "block"
+        assert in_viewport(driver, by(driver, "[data-total=money_day]"))
+        shot(driver, screenshots / "fleet-phone.png", size=PHONE, whole=False)
+    finally:
+        driver.set_window_size(1400, 1000)
+
+
+def _days_in_trend(d: WebDriver) -> dict[str, tuple[int, int]]:
+    out = {}
+    for row in all_of(d, "[data-testid=trend] tbody tr"):
+        day = row.get_attribute("data-day") or ""
+        runs, kills = (by(row, f"[data-series={k}]").get_attribute("textContent") or "" for k in ("runs", "oom_kills"))
+        out[day] = (int(runs), int(kills))  # textContent: the table may be folded away
+    return out
+
+
+def _expected_days(runs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    out: dict[str, list[int]] = {}
+    for r in runs:
+        day = r["finished_at"][:10]
+        killed = any(c.get("oom_killed") for c in r["containers"])
+        got = out.setdefault(day, [0, 0])
+        got[0] += 1
+        got[1] += killed
+    return {day: (n, k) for day, (n, k) in out.items()}
+
+
+def test_trends_of_the_fleet_an_org_and_a_job(
+    driver: WebDriver, server: str, fleet: fleet_data.Fleet, screenshots: Path
+) -> None:
+    open_page(driver, server, SECRETS["admin"], "#trends?org=globex", "[data-testid=trend]")
+    globex = [r for r in fleet.runs if r["org"] == "globex"]
+    shown = {day: got for day, got in _days_in_trend(driver).items() if got != (0, 0)}
+    assert shown == _expected_days(globex)
+    assert sum(k for _, k in shown.values()) > 0  # the OOM kills are there
+    assert "could save" in by(driver, "[data-testid=trend-plot]").text
+    go(driver, "#trends", "[data-testid=trend]")
+    assert int(by(driver, "[data-sum=runs]").text) >= len(fleet.runs)  # other tests add runs of their own orgs
+    shot(driver, screenshots / "trends.png")
+    # a job: its trend, and its runs by date with their ids, each peak's dot naming its run
+    key = ("globex", "data", "pipeline.yml", "spark-tests")
+    mine = [r for r in fleet.runs if (r["org"], r["repo"], r["workflow"], r["job"]) == key]
+    go(driver, "#job/" + _path(key), "[data-testid=runs]")
+    assert {d: g for d, g in _days_in_trend(driver).items() if g != (0, 0)} == _expected_days(mine)
+    ids = [c.text for c in all_of(driver, "[data-testid=runs] [data-testid=run-id]")]
+    assert ids == [r["run_id"] for r in sorted(mine, key=lambda r: r["finished_at"], reverse=True)]
+    titles = driver.execute_script(
+        "return Array.from(document.querySelectorAll('[data-testid=plot] .dot title')).map(t => t.textContent)"
+    )
+    assert any(mine[0]["run_id"] in t for t in titles)
+    assert len(all_of(driver, "[data-testid=plot] .marker")) == 2 * 1  # the two newest runs' kills, on build
+    shot(driver, screenshots / "job-oom.png")
+    driver.set_window_size(*PHONE)
+    try:
+        wait(lambda: driver.execute_script("return window.innerWidth") <= PHONE[0], "the phone width")
+        assert not page_overflows(driver)
+        for svg in all_of(driver, "figure.plot svg"):
+            assert driver.execute_script("return arguments[0].getBoundingClientRect().right", svg) <= PHONE[0]
+        shot(driver, screenshots / "job-phone.png", size=PHONE, whole=False)
+    finally:
+        driver.set_window_size(1400, 1000)
+
+
+def test_the_job_view_of_the_pinned_linker(driver: WebDriver, server: str, screenshots: Path) -> None:
+    open_page(driver, server, SECRETS["admin"], "#job/" + _path(LINKER), "[data-testid=risk-alert]")
+    assert by(driver, "[data-testid=override-scope]").text == "repo"
+    wait(lambda: by(driver, "#job-override form"), "the editor")
+    shot(driver, screenshots / "job.png")
 
 
 # --------------------------------------------------------------------------- defect 1: pins below use
@@ -484,121 +605,3 @@ def test_a_backtest_of_an_unknown_org_is_refused_with_the_reason(driver: WebDriv
     assert len(all_of(driver, "[data-testid=past-analyses] tr[data-analysis]")) == before
 
 
-# --------------------------------------------------------------------------- money, severity, trends
-
-
-def test_money_in_the_fleet_totals_groups_and_rows_is_the_api_s(driver: WebDriver, server: str) -> None:
-    open_page(driver, server, SECRETS["admin"], "#fleet?org=initech&sort=money")
-    totals = _totals(server, org="initech")
-    assert by(driver, "[data-total=money_day]").text == _money(totals["saved_money"]["per_day"])
-    assert by(driver, "[data-total=money_month]").text == _money(totals["saved_money"]["per_month"])
-    rows = all_of(driver, "#jobs-fragment tr.job-row")
-    items = _items(server, org="initech", sort="money")
-    assert [r.get_attribute("data-job") for r in rows] == [i["job"] for i in items]
-    money = [i["saved_money"]["per_day"] for i in items]
-    assert money == sorted(money, reverse=True)
-    # by repo: each group is the API's totals of that repo
-    groups = all_of(driver, "[data-testid=by-repo] tbody tr")
-    assert len(groups) == 3
-    for g in groups:
-        org, repo = (g.get_attribute("data-group") or "").split("/", 1)
-        want = _totals(server, org=org, repo=repo)["saved_money"]["per_day"]
-        assert by(g, "[data-money=day]").text == _money(want)
-
-
-def test_severity_sorts_and_colours_the_fleet_with_a_row_per_container(
-    driver: WebDriver, server: str, fleet: fleet_data.Fleet, screenshots: Path
-) -> None:
-    open_page(driver, server, SECRETS["admin"], "#fleet?sort=risk")
-    rows = all_of(driver, "#jobs-fragment tr.job-row")
-    levels = [next((lvl for lvl in ("critical", "high", "warn") if f"risk-{lvl}" in (r.get_attribute("class") or "")), "")
-              for r in rows]  # fmt: skip
-    order = {"critical": 0, "high": 1, "warn": 2, "": 3}
-    assert [order[lvl] for lvl in levels] == sorted(order[lvl] for lvl in levels)
-    assert {"critical", "high", "warn"} <= set(levels)
-    colour = driver.execute_script(
-        "return getComputedStyle(arguments[0].querySelector('td')).boxShadow", rows[levels.index("critical")]
-    )
-    assert "176, 0, 32" in colour  # the critical red
-    # the throttled jobs are those the CPU pin holds below their p95
-    throttled = {r.get_attribute("data-job") for r, lvl in zip(rows, levels, strict=True) if lvl == "warn"}
-    assert throttled
-    assert throttled <= set(fleet_data.LAYOUT["globex"]["infra"]["terraform.yml"])
-    # a pod with a sidecar has a row per container
-    side = all_of(driver, "#jobs-fragment tr.container-row[data-parent=docker-image]")
-    assert [r.get_attribute("data-container") for r in side] == ["build", "dind"]
-    assert "peak 8" in side[1].text or "peak 9" in side[1].text  # the Docker daemon's ~900 MiB
-    shot(driver, screenshots / "fleet.png")
-    driver.set_window_size(*PHONE)
-    try:
-        wait(lambda: driver.execute_script("return window.innerWidth") <= PHONE[0], "the phone width")
-        assert not page_overflows(driver)
-        card = all_of(driver, "#jobs-fragment tr.job-row")[0]
-        assert driver.execute_script("return getComputedStyle(arguments[0]).display", card) == "block"
-        assert in_viewport(driver, by(driver, "[data-total=money_day]"))
-        shot(driver, screenshots / "fleet-phone.png", size=PHONE, whole=False)
-    finally:
-        driver.set_window_size(1400, 1000)
-
-
-def _days_in_trend(d: WebDriver) -> dict[str, tuple[int, int]]:
-    out = {}
-    for row in all_of(d, "[data-testid=trend] tbody tr"):
-        day = row.get_attribute("data-day") or ""
-        runs, kills = (by(row, f"[data-series={k}]").get_attribute("textContent") or "" for k in ("runs", "oom_kills"))
-        out[day] = (int(runs), int(kills))  # textContent: the table may be folded away
-    return out
-
-
-def _expected_days(runs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    out: dict[str, list[int]] = {}
-    for r in runs:
-        day = r["finished_at"][:10]
-        killed = any(c.get("oom_killed") for c in r["containers"])
-        got = out.setdefault(day, [0, 0])
-        got[0] += 1
-        got[1] += killed
-    return {day: (n, k) for day, (n, k) in out.items()}
-
-
-def test_trends_of_the_fleet_an_org_and_a_job(
-    driver: WebDriver, server: str, fleet: fleet_data.Fleet, screenshots: Path
-) -> None:
-    open_page(driver, server, SECRETS["admin"], "#trends?org=globex", "[data-testid=trend]")
-    globex = [r for r in fleet.runs if r["org"] == "globex"]
-    shown = {day: got for day, got in _days_in_trend(driver).items() if got != (0, 0)}
-    assert shown == _expected_days(globex)
-    assert sum(k for _, k in shown.values()) > 0  # the OOM kills are there
-    assert "could save" in by(driver, "[data-testid=trend-plot]").text
-    go(driver, "#trends", "[data-testid=trend]")
-    assert int(by(driver, "[data-sum=runs]").text) >= len(fleet.runs)  # other tests add runs of their own orgs
-    shot(driver, screenshots / "trends.png")
-    # a job: its trend, and its runs by date with their ids, each peak's dot naming its run
-    key = ("globex", "data", "pipeline.yml", "spark-tests")
-    mine = [r for r in fleet.runs if (r["org"], r["repo"], r["workflow"], r["job"]) == key]
-    go(driver, "#job/" + _path(key), "[data-testid=runs]")
-    assert {d: g for d, g in _days_in_trend(driver).items() if g != (0, 0)} == _expected_days(mine)
-    ids = [c.text for c in all_of(driver, "[data-testid=runs] [data-testid=run-id]")]
-    assert ids == [r["run_id"] for r in sorted(mine, key=lambda r: r["finished_at"], reverse=True)]
-    titles = driver.execute_script(
-        "return Array.from(document.querySelectorAll('[data-testid=plot] .dot title')).map(t => t.textContent)"
-    )
-    assert any(mine[0]["run_id"] in t for t in titles)
-    assert len(all_of(driver, "[data-testid=plot] .marker")) == 2 * 1  # the two newest runs' kills, on build
-    shot(driver, screenshots / "job-oom.png")
-    driver.set_window_size(*PHONE)
-    try:
-        wait(lambda: driver.execute_script("return window.innerWidth") <= PHONE[0], "the phone width")
-        assert not page_overflows(driver)
-        for svg in all_of(driver, "figure.plot svg"):
-            assert driver.execute_script("return arguments[0].getBoundingClientRect().right", svg) <= PHONE[0]
-        shot(driver, screenshots / "job-phone.png", size=PHONE, whole=False)
-    finally:
-        driver.set_window_size(1400, 1000)
-
-
-def test_the_job_view_of_the_pinned_linker(driver: WebDriver, server: str, screenshots: Path) -> None:
-    open_page(driver, server, SECRETS["admin"], "#job/" + _path(LINKER), "[data-testid=risk-alert]")
-    assert by(driver, "[data-testid=override-scope]").text == "repo"
-    wait(lambda: by(driver, "#job-override form"), "the editor")
-    shot(driver, screenshots / "job.png")

@@ -190,12 +190,7 @@ async def load(
         .join(RunContainer, col(RunContainer.run_pk) == col(Run.id))
         .order_by(col(Job.id), col(Run.finished_at), col(Run.id), col(RunContainer.position))
     )  # fmt: skip
-    if org is not None:
-        q = q.where(col(Job.org) == org)
-    if since is not None:
-        q = q.where(col(Run.finished_at) >= since)
-    if until is not None:
-        q = q.where(col(Run.finished_at) < until)
+    q = _window(q, org=org, since=since, until=until)
     jobs: list[tuple[ScopeKey, int, list[dict[str, Any]]]] = []
     job_pk: int | None = None
     runs: list[dict[str, Any]] = []
@@ -221,16 +216,21 @@ async def load(
     return [s for k, _, r in jobs for s in series_of(k, r, max_memory=max_memory, prior=prior)]
 
 
-async def has_runs(*, conn: AsyncConnection, org: str | None, since: datetime | None, until: datetime | None) -> bool:
-    """Whether any run (of ``org``) finished in the window: a backtest of nothing is refused."""
-    q: Any = select(col(Run.id)).join(Job, col(Job.id) == col(Run.job_id)).limit(1)
+def _window(q: Any, *, org: str | None, since: datetime | None, until: datetime | None) -> Any:
+    """``q`` (over jobs and runs) kept to the runs of ``org`` that finished in the window."""
     if org is not None:
         q = q.where(col(Job.org) == org)
     if since is not None:
         q = q.where(col(Run.finished_at) >= since)
     if until is not None:
         q = q.where(col(Run.finished_at) < until)
-    return (await conn.execute(q)).first() is not None
+    return q
+
+
+async def has_runs(*, conn: AsyncConnection, org: str | None, since: datetime | None, until: datetime | None) -> bool:
+    """Whether any run (of ``org``) finished in the window: a backtest of nothing is refused."""
+    q = select(col(Run.id)).join(Job, col(Job.id) == col(Run.job_id)).limit(1)
+    return (await conn.execute(_window(q, org=org, since=since, until=until))).first() is not None
 
 
 async def load_pins(*, conn: AsyncConnection, org: str | None) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, time, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import Query
+from fastapi import Depends, Query
 from fastapi.responses import HTMLResponse
 
 from service.auth import ReadPrincipal
@@ -14,11 +14,28 @@ from service.jobs import service as jobs_service
 from service.jobs import trends
 from service.jobs.money import Prices
 from service.jobs.public import public as job_public
-from service.jobs.service import Sort
+from service.jobs.service import JobFilter, Sort
 from service.plots import line_panels
 from service.ui.render import PAGE_SIZE, Name, render, router
 
 Phase = Literal["", "unknown", "learning", "confident"]
+
+
+def _filter(
+    principal: ReadPrincipal,
+    org: Name = None,
+    repo: Name = None,
+    workflow: Name = None,
+    q: Name = None,
+    phase: Phase = "",
+) -> JobFilter:
+    """The fleet's and the trends' filter from the query string (an empty field filters nothing)."""
+    return jobs_service.job_filter(
+        principal, org=org or None, repo=repo or None, workflow=workflow or None, job=None, phase=phase or None, q=q
+    )
+
+
+FilterDep = Annotated[JobFilter, Depends(_filter)]
 
 
 @router.get("/fragments/jobs")
@@ -26,18 +43,11 @@ async def fleet(
     principal: ReadPrincipal,
     engine: EngineDep,
     settings: SettingsDep,
-    org: Name = None,
-    repo: Name = None,
-    workflow: Name = None,
-    q: Name = None,
-    phase: Phase = "",
+    flt: FilterDep,
     sort: Sort = "money",
     cursor: Annotated[str | None, Query(max_length=2000)] = None,
 ) -> HTMLResponse:
     prices = Prices.of(settings)
-    flt = jobs_service.job_filter(
-        principal, org=org or None, repo=repo or None, workflow=workflow or None, job=None, phase=phase or None, q=q
-    )
     page, totals = await jobs_service.read_page(
         engine=engine, principal=principal, flt=flt, sort=sort, limit=PAGE_SIZE, cursor=cursor or None, prices=prices
     )
@@ -91,21 +101,12 @@ def trend_plot(days: list[trends.Day], currency: str) -> str | None:
 
 @router.get("/fragments/trends")
 async def trends_view(
-    principal: ReadPrincipal,
-    engine: EngineDep,
-    settings: SettingsDep,
-    org: Name = None,
-    repo: Name = None,
-    workflow: Name = None,
-    q: Name = None,
+    principal: ReadPrincipal, engine: EngineDep, settings: SettingsDep, flt: FilterDep
 ) -> HTMLResponse:
     prices = Prices.of(settings)
-    flt = jobs_service.job_filter(
-        principal, org=org or None, repo=repo or None, workflow=workflow or None, job=None, phase=None, q=q
-    )
     async with engine.connect() as conn:
         days = await trends.trend(conn=conn, flt=flt, orgs=principal.orgs, prices=prices)
-    return render("trends.html", **trend_context(days, prices), scope=_scope_text(org, repo, workflow, q))
+    return render("trends.html", **trend_context(days, prices), scope=_scope_text(flt))
 
 
 def trend_context(days: list[trends.Day], prices: Prices) -> dict[str, Any]:
@@ -120,7 +121,8 @@ def trend_context(days: list[trends.Day], prices: Prices) -> dict[str, Any]:
     }
 
 
-def _scope_text(org: str | None, repo: str | None, workflow: str | None, q: str | None) -> str:
-    parts = [p for p in (org, repo, workflow) if p]
+def _scope_text(flt: JobFilter) -> str:
+    parts = [p for p in (flt.org, flt.repo, flt.workflow) if p]
     text = " / ".join(parts) if parts else "the whole fleet"
-    return f"{text}, names containing {q!r}" if q else text
+    text = f"{text}, names containing {flt.q!r}" if flt.q else text
+    return f"{text}, {flt.phase} jobs" if flt.phase else text

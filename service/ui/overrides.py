@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from fastapi import Query
+from fastapi import Depends, Query
 from fastapi.responses import HTMLResponse
 
 from service.auth import ReadPrincipal
@@ -18,27 +19,39 @@ from service.ui.render import PAGE_SIZE, Name, is_admin, render, router
 from service.wire import to_rfc3339
 
 
-def _scope_key(org: str, repo: str | None, workflow: str | None, job: str | None) -> ScopeKey:
-    return ScopeKey(org, repo or "", workflow or "", job or "")
+@dataclass(frozen=True)
+class Names:
+    """The scope names of the query string, checked (no control characters); '' when not given."""
+
+    org: str
+    repo: str
+    workflow: str
+    job: str
+
+
+def _names(org: Name = None, repo: Name = None, workflow: Name = None, job: Name = None) -> Names:
+    jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
+    return Names(org or "", repo or "", workflow or "", job or "")
+
+
+NamesDep = Annotated[Names, Depends(_names)]
 
 
 @router.get("/fragments/overrides")
 async def overrides_view(
     principal: ReadPrincipal,
     uow: UnitOfWorkDep,
-    org: Name = None,
-    repo: Name = None,
-    workflow: Name = None,
-    job: Name = None,
+    names: NamesDep,
     cursor: Annotated[str | None, Query(max_length=200)] = None,
 ) -> HTMLResponse:
-    jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
-    if org:
-        principal.ensure_org(org)
+    if names.org:
+        principal.ensure_org(names.org)
     after = overrides_service.decode_cursor(cursor) if cursor else 0
     rows, more = await overrides_service.list_overrides(
         session=uow.session,
-        flt=ListFilter(org=org or None, repo=repo or None, workflow=workflow or None, job=job or None),
+        flt=ListFilter(
+            org=names.org or None, repo=names.repo or None, workflow=names.workflow or None, job=names.job or None
+        ),
         after_id=after,
         limit=PAGE_SIZE,
         orgs=principal.orgs,
@@ -74,18 +87,14 @@ def _override(o: Any) -> dict[str, Any]:
 async def override_form(
     principal: ReadPrincipal,
     uow: UnitOfWorkDep,
-    org: Name = None,
-    repo: Name = None,
-    workflow: Name = None,
-    job: Name = None,
+    names: NamesDep,
     view: Literal["form", "current"] = "form",
 ) -> HTMLResponse:
     """The editor of one scope's override (``form``; without ``org``, a new override at a scope
     to type in), or only its stored value (``current``, shown when a write met a newer version)."""
-    jobs_service.check_names(org=org, repo=repo, workflow=workflow, job=job)
-    if not org:
+    if not names.org:
         return render("override_form.html", key=None, current=None, admin=is_admin(principal))
-    key = _scope_key(org, repo, workflow, job)
+    key = ScopeKey(names.org, names.repo, names.workflow, names.job)
     principal.ensure_org(key.org)
     found = await overrides_service.get(session=uow.session, key=key)
     return render(

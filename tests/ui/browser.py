@@ -172,7 +172,7 @@ def filter_jobs(d: WebDriver, **fields: str) -> list[WebElement]:
     d.execute_script("arguments[0].dataset.old = '1'", by(d, "#jobs-fragment > section"))
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
     wait(lambda: by(d, "#jobs-fragment > section:not([data-old])"), "the filtered jobs")
-    return all_of(d, "#jobs-fragment tbody tr.job-row")
+    return all_of(d, "#jobs-fragment tbody tr[data-job]")
 
 
 def open_job(d: WebDriver, name: str) -> None:
@@ -199,8 +199,11 @@ def page_overflows(d: WebDriver) -> bool:
     return bool(d.execute_script("return document.documentElement.scrollWidth > window.innerWidth + 1"))
 
 
-def shot(d: WebDriver, path: Path, *, size: tuple[int, int] = DESKTOP, whole: bool = True) -> None:
-    """A screenshot: the whole page, top to bottom (``whole``), or one window of it."""
+def shot(
+    d: WebDriver, path: Path, *, size: tuple[int, int] = DESKTOP, whole: bool = True, at: str | None = None
+) -> None:
+    """A screenshot: the whole page, top to bottom (``whole``), or one window of it, from the top or
+    from the element ``at``."""
     d.execute_script("window.scrollTo(0, 0)")
     width, height = size
     if whole:
@@ -209,6 +212,8 @@ def shot(d: WebDriver, path: Path, *, size: tuple[int, int] = DESKTOP, whole: bo
         height = min(max(int(full) + 40, height), 4200)
     d.set_window_size(width, height)
     try:
+        if at is not None:
+            d.execute_script("document.querySelector(arguments[0]).scrollIntoView()", at)
         d.save_screenshot(str(path))
     finally:
         d.set_window_size(*DESKTOP)

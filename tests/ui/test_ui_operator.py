@@ -31,6 +31,7 @@ from .browser import (
     api,
     bearer,
     by,
+    filter_jobs,
     go,
     in_viewport,
     open_page,
@@ -189,7 +190,7 @@ def test_money_in_the_fleet_totals_groups_and_rows_is_the_api_s(driver: WebDrive
     totals = _totals(server, org="initech")
     assert by(driver, "[data-total=money_day]").text == _money(totals["saved_money"]["per_day"])
     assert by(driver, "[data-total=money_month]").text == _money(totals["saved_money"]["per_month"])
-    rows = all_of(driver, "#jobs-fragment tr.job-row")
+    rows = all_of(driver, "#jobs-fragment tbody tr[data-job]")
     items = _items(server, org="initech", sort="money")
     assert [r.get_attribute("data-job") for r in rows] == [i["job"] for i in items]
     money = [i["saved_money"]["per_day"] for i in items]
@@ -207,7 +208,7 @@ def test_severity_sorts_and_colours_the_fleet_with_a_row_per_container(
     driver: WebDriver, server: str, fleet: fleet_data.Fleet, screenshots: Path
 ) -> None:
     open_page(driver, server, SECRETS["admin"], "#fleet?sort=risk")
-    rows = all_of(driver, "#jobs-fragment tr.job-row")
+    rows = all_of(driver, "#jobs-fragment tbody tr[data-job]")
     levels = [next((lvl for lvl in ("critical", "high", "warn") if f"risk-{lvl}" in (r.get_attribute("class") or "")), "")
               for r in rows]  # fmt: skip
     order = {"critical": 0, "high": 1, "warn": 2, "": 3}
@@ -230,10 +231,10 @@ def test_severity_sorts_and_colours_the_fleet_with_a_row_per_container(
     try:
         wait(lambda: driver.execute_script("return window.innerWidth") <= PHONE[0], "the phone width")
         assert not page_overflows(driver)
-        card = all_of(driver, "#jobs-fragment tr.job-row")[0]
+        card = all_of(driver, "#jobs-fragment tbody tr[data-job]")[0]
         assert driver.execute_script("return getComputedStyle(arguments[0]).display", card) == "block"
         assert in_viewport(driver, by(driver, "[data-total=money_day]"))
-        shot(driver, screenshots / "fleet-phone.png", size=PHONE, whole=False)
+        shot(driver, screenshots / "fleet-phone.png", size=(PHONE[0], 1400), whole=False, at="[data-testid=jobs]")
     finally:
         driver.set_window_size(1400, 1000)
 
@@ -338,22 +339,21 @@ def test_a_pin_below_what_jobs_use_is_named_and_confirmed_before_it_is_written(
 
 def test_a_job_pinned_below_its_peak_is_at_risk_and_its_saving_is_not_counted(driver: WebDriver, server: str) -> None:
     org, repo, _, job = LINKER
-    item = _item(server, LINKER)
-    assert item["risk"] == {"level": "critical", "reasons": ["pinned below peak"]}
-    assert item["saved_per_day"]["memory_gib_hours"] is None  # no saving: it is killed instead
-    open_page(driver, server, SECRETS["read"], f"#fleet?org={org}&repo={repo}&sort=risk")
-    first = all_of(driver, "#jobs-fragment tr.job-row")[0]
-    assert first.get_attribute("data-job") == job
-    assert "risk-critical" in (first.get_attribute("class") or "")
-    cells = _cells(first)
+    open_page(driver, server, SECRETS["read"])
+    row = next(r for r in filter_jobs(driver, org=org, repo=repo) if r.get_attribute("data-job") == job)
+    assert "risk-critical" in (row.get_attribute("class") or "")
+    cells = _cells(row)
     assert "pinned below peak" in cells["risk"]
     assert "none: below peak" in cells["saved / day"]
     assert by(driver, "[data-total=pinned_below_peak]").text == "1"
-    # the totals count only what the other jobs save
+    # the API says the same, and the totals count only what the other jobs save
+    item = _item(server, LINKER)
+    assert item["risk"] == {"level": "critical", "reasons": ["pinned below peak"]}
+    assert item["saved_per_day"]["memory_gib_hours"] is None  # no saving: it is killed instead
     others = [i for i in _items(server, org=org, repo=repo) if i["job"] != job]
     saved = sum(i["saved_per_day"]["memory_gib_hours"] or 0 for i in others)
     assert _totals(server, org=org, repo=repo)["saved_memory_gib_hours_per_day"] == pytest.approx(saved, abs=0.01)
-    first.find_element(By.CSS_SELECTOR, "[data-action=open-job]").click()
+    row.find_element(By.CSS_SELECTOR, "[data-action=open-job]").click()
     alert = wait(lambda: by(driver, "[data-testid=risk-alert]"), "the job's risk alert")
     assert "risk-critical" in (alert.get_attribute("class") or "")
     peak = item["containers"][0]["used"]["memory_peak_bytes"]
@@ -434,8 +434,11 @@ def test_observed_memory_reads_as_mib_or_gib(driver: WebDriver, server: str) -> 
         "#job/acme/api/.github%2Fworkflows%2Fci.yml/integration",
         "[data-testid=answer]",
     )
-    cells = [c.text for c in all_of(driver, "[data-testid=answer] [data-testid=observed]")]
-    assert len(cells) == 2  # build and its postgres sidecar
+    # the cell "observed CPU / memory" of each container (build and its postgres sidecar)
+    cells = [
+        c.text for r in all_of(driver, "[data-testid=answer] tbody tr") for c in all_of(r, "td") if " / " in c.text
+    ]
+    assert len(cells) == 2
     for text in cells:
         assert re.fullmatch(r"\S+ / \d+(\.\d+)? (MiB|GiB)", text), text
     assert not re.search(r"\d{6,}", by(driver, "[data-testid=answer]").text)
@@ -489,8 +492,8 @@ def test_the_backtest_counts_runs_and_shares_one_denominator(
 
 
 def test_each_fleet_row_says_when_it_was_computed(driver: WebDriver, server: str) -> None:
-    open_page(driver, server, SECRETS["read"], "#fleet?org=acme&sort=name")
-    rows = all_of(driver, "#jobs-fragment tr.job-row")
+    open_page(driver, server, SECRETS["read"])
+    rows = filter_jobs(driver, org="acme", sort="name")
     items = _items(server, org="acme", sort="name")
     assert [r.get_attribute("data-job") for r in rows] == [i["job"] for i in items]
     for row, item in zip(rows, items, strict=True):
@@ -504,8 +507,8 @@ def test_each_fleet_row_says_when_it_was_computed(driver: WebDriver, server: str
 def test_delete_asks_for_confirmation(driver: WebDriver, server: str) -> None:
     org = "deletes"
     assert api(server, "PUT", f"/api/v1/sizing/overrides/{org}", json={"cpu_limit": "2"}).status_code == 201
-    open_page(driver, server, SECRETS["admin"], f"#overrides?org={org}", "[data-testid=overrides]")
-    by(driver, "[data-action=edit-override]").click()
+    open_page(driver, server, SECRETS["admin"], "#overrides", "[data-testid=overrides]")
+    by(driver, f"[data-action=edit-override][data-org={org}]").click()
     form = wait(lambda: by(driver, "#override-editor form"), "the editor")
     by(form, "[data-action=delete-override]").click()
     confirm = wait(lambda: by(form, "[data-testid=delete-confirm]:not([hidden])"), "the confirmation")
@@ -520,23 +523,25 @@ def test_delete_asks_for_confirmation(driver: WebDriver, server: str) -> None:
 
 
 def test_filters_and_sort_live_in_the_address_and_apply_at_once(driver: WebDriver, server: str) -> None:
-    open_page(driver, server, SECRETS["admin"], "#fleet?org=globex")
-    before = [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tr.job-row")]
+    open_page(driver, server, SECRETS["admin"])
+    filter_jobs(driver, org="globex")
+    assert "org=globex" in driver.current_url
+    before = [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tbody tr[data-job]")]
     select = by(driver, "#job-filter select[name=sort]")
     driver.execute_script("arguments[0].dataset.old = '1'", by(driver, "#jobs-fragment > section"))
-    next(o for o in select.find_elements(By.TAG_NAME, "option") if o.get_attribute("value") == "risk").click()
-    wait(lambda: by(driver, "#jobs-fragment > section:not([data-old])"), "the list sorted by risk")
-    assert "sort=risk" in driver.current_url
+    next(o for o in select.find_elements(By.TAG_NAME, "option") if o.get_attribute("value") == "name").click()
+    # no Filter button pressed
+    wait(lambda: by(driver, "#jobs-fragment > section:not([data-old])"), "the list sorted by name")
+    assert "sort=name" in driver.current_url
     assert "org=globex" in driver.current_url
-    rows = all_of(driver, "#jobs-fragment tr.job-row")
-    after = [r.get_attribute("data-job") for r in rows]
+    after = [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tbody tr[data-job]")]
     assert after != before
-    assert after == [i["job"] for i in _items(server, org="globex", sort="risk")]
+    assert after == [i["job"] for i in _items(server, org="globex", sort="name")]
     driver.refresh()
     wait(lambda: by(driver, "#jobs-fragment > section"), "the fleet after a reload")
     assert by(driver, "#job-filter input[name=org]").get_attribute("value") == "globex"
-    assert by(driver, "#job-filter select[name=sort]").get_attribute("value") == "risk"
-    assert [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tr.job-row")] == after
+    assert by(driver, "#job-filter select[name=sort]").get_attribute("value") == "name"
+    assert [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tbody tr[data-job]")] == after
 
 
 def test_a_read_only_token_is_told_it_is_read_only(driver: WebDriver, server: str) -> None:
@@ -603,5 +608,3 @@ def test_a_backtest_of_an_unknown_org_is_refused_with_the_reason(driver: WebDriv
     assert "#analysis/" not in driver.current_url
     go(driver, "#analyses", "#backtest-form")
     assert len(all_of(driver, "[data-testid=past-analyses] tr[data-analysis]")) == before
-
-

@@ -56,19 +56,27 @@ async def test_shell_and_assets_are_served_without_data(secured: httpx.AsyncClie
 
 
 async def test_fragments_need_a_reading_token(secured: httpx.AsyncClient) -> None:
-    for path in ("/ui/fragments/me", "/ui/fragments/jobs", "/ui/fragments/overrides", "/ui/fragments/analyses"):
+    for path in (
+        "/ui/fragments/me",
+        "/ui/fragments/jobs",
+        "/ui/fragments/trends",
+        "/ui/fragments/overrides",
+        "/ui/fragments/analyses",
+    ):
         assert (await secured.get(path)).status_code == 401, path
         assert (await secured.get(path, headers=bearer("ingest"))).status_code == 403, path
         assert (await secured.get(path, headers=bearer("read"))).status_code == 200, path
     job_query = {"org": "globex", "repo": "r", "workflow": "w", "job": "j"}
     assert (await secured.get("/ui/fragments/job", params=job_query, headers=bearer("read"))).status_code == 403
     assert (await secured.get("/ui/fragments/jobs?org=globex", headers=bearer("read"))).status_code == 403
+    assert (await secured.get("/ui/fragments/trends?org=globex", headers=bearer("read"))).status_code == 403
 
 
 async def test_control_characters_are_problems(client: httpx.AsyncClient) -> None:
     for path in (
         "/ui/fragments/job?org=a%00&repo=r&workflow=w&job=j",
         "/ui/fragments/jobs?q=%00",
+        "/ui/fragments/trends?org=%07",
         "/ui/fragments/overrides?org=%00",
         "/ui/fragments/override?org=a&repo=%1b",
     ):
@@ -254,3 +262,25 @@ def test_plots_scale_and_count_in_whole_ticks() -> None:
     assert ticks == ["0", "1", "2"]  # one run: whole ticks, the run mid-axis
     assert svg.count('class="dot"') == 1  # a series of one point is a dot
     assert "<title>run &lt;r1&gt;</title>" in svg
+
+
+async def test_the_trends_view_keeps_a_trend_for_a_minute_and_says_when_it_was_computed(
+    client: httpx.AsyncClient,
+) -> None:
+    await post(client, *(recent_run(n, job("build")) for n in range(1, 4)))
+
+    def runs(html: str) -> int:
+        found = re.search(r'data-sum="runs">(\d+)<', html)
+        assert found is not None
+        return int(found.group(1))
+
+    first = (await client.get("/ui/fragments/trends")).text
+    assert runs(first) == 3
+    assert "Computed at " in first
+    await post(client, recent_run(4, job("build")))
+    assert runs((await client.get("/ui/fragments/trends")).text) == 3  # kept (for at most TREND_TTL)
+    assert runs((await client.get("/ui/fragments/trends", params={"org": "acme"})).text) == 4  # another filter
+    cache = client.app.state.ui_trends  # type: ignore[attr-defined]
+    for key, (_, days, at) in list(cache.entries.items()):
+        cache.entries[key] = (0.0, days, at)  # as if the minute had passed
+    assert runs((await client.get("/ui/fragments/trends")).text) == 4

@@ -303,35 +303,36 @@ async def totals(
 
 
 async def breakdown(
-    *,
-    conn: AsyncConnection,
-    flt: JobFilter,
-    orgs: frozenset[str] | None,
-    prices: Prices,
-    by: Literal["org", "repo"],
-    limit: int = 20,
-) -> list[dict[str, Any]]:
-    """``totals`` per org (or per org and repo) of the jobs the filter selects, the ``limit`` that
-    save the most money first."""
-    groups = [_jobs.c.org] if by == "org" else [_jobs.c.org, _jobs.c.repo]
-    s = _summaries
-    money = func.coalesce(s.c.saved_memory_gib_hours_per_day, 0.0) * literal(prices.per_gib_hour) + func.coalesce(
-        s.c.saved_cpu_core_hours_per_day, 0.0
-    ) * literal(prices.per_core_hour)
+    *, conn: AsyncConnection, flt: JobFilter, orgs: frozenset[str] | None, prices: Prices, limit: int = 20
+) -> dict[str, list[dict[str, Any]]]:
+    """``totals`` per org (``"org"``) and per org and repo (``"repo"``) of the jobs the filter selects,
+    in each the ``limit`` that save the most money first; one pass over the jobs (by repo, summed up
+    by org here)."""
     stmt = (
-        select(*groups, *_totals_columns())
+        select(_jobs.c.org, _jobs.c.repo, *_totals_columns())
         .select_from(_jobs)
-        .outerjoin(s, s.c.job_id == _jobs.c.id)
+        .outerjoin(_summaries, _summaries.c.job_id == _jobs.c.id)
         .where(*job_where(flt, orgs))
-        .group_by(*groups)
-        .order_by(func.sum(money).desc(), *groups)
-        .limit(limit)
+        .group_by(_jobs.c.org, _jobs.c.repo)
     )
-    out = []
+    repos: list[tuple[str, str | None, Sequence[Any]]] = []
+    by_org: dict[str, list[Any]] = {}
     for row in await conn.execute(stmt):
-        names = {"org": row[0], "repo": row[1] if by == "repo" else None}
-        out.append({**names, **_totals_of(row[len(groups) :], prices)})
-    return out
+        org, repo, values = row[0], row[1], list(row[2:])
+        repos.append((org, repo, values))
+        summed = by_org.setdefault(org, [None] * len(values))
+        for i, v in enumerate(values[:-1]):  # counts and savings add up; the oldest time is the least
+            summed[i] = v if summed[i] is None else summed[i] + (v or 0)
+        oldest = values[-1]
+        summed[-1] = oldest if summed[-1] is None or (oldest is not None and oldest < summed[-1]) else summed[-1]
+    groups = {
+        "org": [{"org": org, "repo": None, **_totals_of(v, prices)} for org, v in by_org.items()],
+        "repo": [{"org": org, "repo": repo, **_totals_of(v, prices)} for org, repo, v in repos],
+    }
+    for rows in groups.values():
+        rows.sort(key=lambda g: (-(g["saved_money"]["per_day"] or 0.0), g["org"], g["repo"] or ""))
+        del rows[limit:]
+    return groups
 
 
 # --------------------------------------------------------------------------- one job's runs (the job view's plot)

@@ -57,14 +57,13 @@ async def fleet(
         engine=engine, principal=principal, flt=flt, sort=sort, limit=PAGE_SIZE, cursor=cursor or None, prices=prices
     )
     async with engine.connect() as conn:
-        by_org = await jobs_service.breakdown(conn=conn, flt=flt, orgs=principal.orgs, prices=prices, by="org")
-        by_repo = await jobs_service.breakdown(conn=conn, flt=flt, orgs=principal.orgs, prices=prices, by="repo")
+        groups = await jobs_service.breakdown(conn=conn, flt=flt, orgs=principal.orgs, prices=prices)
     return render(
         "jobs.html",
         rows=[job_public(r, prices) for r in page.rows],
         totals=totals,
-        by_org=by_org,
-        by_repo=by_repo,
+        by_org=groups["org"],
+        by_repo=groups["repo"],
         next_cursor=page.next_cursor,
         first_page=not cursor,
         window_days=jobs_service.WINDOW_DAYS,

@@ -114,12 +114,12 @@ async def test_totals_by_org_and_repo_are_each_group_s_totals(client: httpx.Asyn
     await _risky_fleet(client)
     app = client.app  # type: ignore[attr-defined]
     async with app.state.engine.connect() as conn:
-        by_org = await jobs_service.breakdown(conn=conn, flt=JobFilter(), orgs=None, prices=Prices(), by="org")
-        by_repo = await jobs_service.breakdown(conn=conn, flt=JobFilter(), orgs=None, prices=Prices(), by="repo")
-        limited = await jobs_service.breakdown(
-            conn=conn, flt=JobFilter(), orgs=frozenset({"globex"}), prices=Prices(), by="org"
-        )
-    assert [g["org"] for g in limited] == ["globex"]  # a token's orgs only
+        groups = await jobs_service.breakdown(conn=conn, flt=JobFilter(), orgs=None, prices=Prices())
+        limited = await jobs_service.breakdown(conn=conn, flt=JobFilter(), orgs=frozenset({"globex"}), prices=Prices())
+        top = await jobs_service.breakdown(conn=conn, flt=JobFilter(), orgs=None, prices=Prices(), limit=2)
+    by_org, by_repo = groups["org"], groups["repo"]
+    assert [g["org"] for g in limited["org"]] == ["globex"]  # a token's orgs only
+    assert top["repo"] == by_repo[:2]
     assert {g["org"] for g in by_org} == {"acme", "globex"}
     assert {(g["org"], g["repo"]) for g in by_repo} == {
         ("acme", "web"),
@@ -132,8 +132,9 @@ async def test_totals_by_org_and_repo_are_each_group_s_totals(client: httpx.Asyn
         want = (await client.get("/api/v1/jobs", params=params)).json()["totals"]
         for key in ("jobs", "at_risk", "pinned_below_peak", "saved_memory_gib_hours_per_day", "saved_money"):
             assert g[key] == want[key], (g, key)
-    money = [g["saved_money"]["per_day"] for g in by_repo]
-    assert money == sorted(money, reverse=True)
+    for rows in (by_org, by_repo):
+        money = [g["saved_money"]["per_day"] for g in rows]
+        assert money == sorted(money, reverse=True)
 
 
 async def test_the_operator_s_prices_make_the_money(make_client: Any) -> None:

@@ -9,7 +9,9 @@ Each defect of the issue has a test that fails on the page as it was before.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,11 +20,14 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from sqlalchemy.engine import make_url
 
+from service import migrations
 from service.wire import utcnow
 
-from ..conftest import _clean
+from ..conftest import _admin
 from ..live import LiveServer
+from ..pg import PostgresServer
 from ..test_auth import SECRETS, write_tokens
 from . import fleet_data
 from .browser import (
@@ -54,15 +59,29 @@ def fleet() -> fleet_data.Fleet:
 
 
 @pytest.fixture(scope="module")
+def database(postgres_server: PostgresServer) -> Iterator[str]:
+    """A database of the module's own, migrated: the tests of other modules (which empty the shared
+    ones after each test) never touch the fleet, in one process or several."""
+    name = f"ci_sizer_ui_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(postgres_server.url, f'CREATE DATABASE "{name}"'))
+    url = make_url(postgres_server.url).set(database=name).render_as_string(hide_password=False)
+    try:
+        migrations.upgrade(url)
+        yield url
+    finally:
+        asyncio.run(_admin(postgres_server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="module")
 def server(
     browser_binary: str,
-    postgresql_database: str,
+    database: str,
     tmp_path_factory: pytest.TempPathFactory,
     fleet: fleet_data.Fleet,
 ) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("ui-operator")
     live = LiveServer(
-        postgresql_database,
+        database,
         "--tokens-file",
         str(write_tokens(tmp / "tokens.toml")),
         log=tmp / "serve.log",
@@ -79,9 +98,6 @@ def server(
         wait(lambda: summarised(live.url, len(fleet.jobs())), "the fleet's summaries", timeout=60)
         wait(lambda: _item(live.url, LINKER)["override_scope"] == "repo", "the pinned job's summary", timeout=30)
         yield live.url
-    import asyncio
-
-    asyncio.run(_clean(postgresql_database))
 
 
 # --------------------------------------------------------------------------- helpers

@@ -211,14 +211,61 @@ async def get(*, conn: AsyncConnection, analysis_id: str, kind: str) -> dict[str
     }
 
 
+def _org_of(request: dict[str, Any]) -> str | None:
+    """The org an analysis reads: a backtest's ``org``, a simulation's history org; None: every org."""
+    history = request.get("history")
+    org = history.get("org") if isinstance(history, dict) else request.get("org")
+    return org if isinstance(org, str) else None
+
+
+def readable(principal: Principal, kind: str, request: dict[str, Any]) -> bool:
+    """Whether ``principal`` may read an analysis (``get_readable``'s rule, as a predicate)."""
+    org = _org_of(request)
+    if org is not None:
+        return principal.orgs is None or org in principal.orgs
+    return not (kind == "backtest" and principal.orgs is not None)
+
+
+async def recent(*, conn: AsyncConnection, principal: Principal, limit: int = 20) -> list[dict[str, Any]]:
+    """The newest analyses ``principal`` may read, newest first: id, kind, status, who and when,
+    and the org each one read (None: every org)."""
+    t = Analysis.__table__.c  # type: ignore[attr-defined]
+    stmt = (
+        select(t.id, t.kind, t.status, t.request, t.created_by, t.created_at, t.updated_at)
+        .order_by(t.created_at.desc(), t.id)
+        .limit(200)
+    )
+    out = []
+    now = utcnow()
+    for row in await conn.execute(stmt):
+        request = json.loads(row.request)
+        if not readable(principal, row.kind, request):
+            continue
+        status = row.status
+        if status in ("queued", "running") and now - row.updated_at > timedelta(seconds=STALE_SECONDS):
+            status = "failed"
+        out.append(
+            {
+                "id": row.id,
+                "kind": row.kind,
+                "status": status,
+                "org": _org_of(request),
+                "created_by": row.created_by,
+                "created_at": to_rfc3339(row.created_at),
+            }
+        )
+        if len(out) == limit:
+            break
+    return out
+
+
 async def get_readable(*, conn: AsyncConnection, analysis_id: str, kind: str, principal: Principal) -> dict[str, Any]:
     """The analysis, if ``principal`` may read it: its org's, or, for a backtest of every org, a
     token bound to no org (``NotFound``, ``Forbidden`` otherwise). The API and the page both ask here."""
     found = await get(conn=conn, analysis_id=analysis_id, kind=kind)
     if found is None:
         raise NotFound(f"no {kind} {analysis_id!r}")
-    req = found["request"]
-    org = req["history"]["org"] if req.get("history") else req.get("org")
+    org = _org_of(found["request"])
     if org is not None:
         principal.ensure_org(org)
     elif kind == "backtest" and principal.orgs is not None:

@@ -25,6 +25,7 @@ from service.changes import ChangeFeed
 from service.db import POOL_SIZE, build_engine, build_sessionmaker, is_local_postgres
 from service.errors import PayloadTooLarge, install_error_handlers, problem_response
 from service.health import check_database
+from service.jobs.money import Prices
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
@@ -241,7 +242,7 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
     )
     app.state.settings = settings
     app.state.tokens = tokens
-    app.state.fleet = FleetTracker()
+    app.state.fleet = FleetTracker(Prices.of(settings))
     app.state.pruner = Pruner(settings.retention_runs)
     # a job under a steady stream of runs is summarised at most every 30 s (the jobs list, not the build path)
     app.state.summaries = SummaryRefresher(min_interval=max(settings.jobs_summary_seconds, SUMMARY_MIN_INTERVAL))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from html import escape
 
 COLORS = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2")
@@ -46,11 +46,14 @@ def time_axis(span_seconds: float, max_ticks: int = 8) -> tuple[str, float, list
     return label, scale, [k * step * scale for k in range(count + 1)]
 
 
-def round_ticks(span: float, max_ticks: int = 8) -> list[float]:
-    """Ticks from 0 to ``span`` at a round step (1, 2 or 5 times a power of ten), at most ``max_ticks``."""
+def round_ticks(span: float, max_ticks: int = 8, *, whole: bool = False) -> list[float]:
+    """Ticks from 0 to ``span`` at a round step (1, 2 or 5 times a power of ten), at most ``max_ticks``;
+    ``whole``: a step of at least 1 (an axis of counts has no run 0.2)."""
     raw = span / max(max_ticks - 1, 1)
     magnitude = 10.0 ** math.floor(math.log10(raw)) if raw > 0 else 1.0
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    if whole:
+        step = max(step, 1.0)
     return [k * step for k in range(int(span / step + 1e-9) + 1)]
 
 
@@ -62,17 +65,23 @@ def line_panels(
     panel_height: int = 180,
     markers: Sequence[tuple[int, str, list[tuple[float, float]]]] = (),
     x_label: str | None = None,
+    hover: Sequence[Mapping[str, Sequence[str]]] | None = None,
 ) -> str:
     """Stacked panels sharing the x axis (seconds, shown in a unit that suits the window; or, with
-    ``x_label``, plain numbers such as run indexes); each panel maps a series name to ``(x, y)``
-    points. ``markers``: ``(panel index, name, points)`` drawn as red crosses, named in the legend."""
+    ``x_label``, counts such as run indexes, on whole ticks); each panel maps a series name to
+    ``(x, y)`` points. ``markers``: ``(panel index, name, points)`` drawn as red crosses, named in the
+    legend. ``hover``: per panel, per series, a text per point, shown when the pointer is on its dot.
+    A series of one point is drawn as a dot. The drawing scales to its box (``viewBox``)."""
     left, right, top, gap = 60, 160, 40, 46
     height = top + len(panels) * (panel_height + gap) + 10
     plot_w = width - left - right
     xs = [x for _, series in panels for pts in series.values() for x, _ in pts]
     x_max = max(xs, default=1.0) or 1.0
+    if x_label is not None:
+        x_max = max(x_max, 2.0)  # one run sits mid-axis, not on its edge
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="11">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
         f'<rect width="{width}" height="{height}" fill="white"/>',
         f'<text x="{left}" y="22" font-size="14" font-weight="bold">{escape(title)}</text>',
     ]
@@ -95,6 +104,12 @@ def line_panels(
                 for i, (x, y) in enumerate(pts)
             )
             out.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.2"/>')
+            titles = (hover[p] if hover is not None and p < len(hover) else {}).get(name)
+            if titles is not None or len(pts) == 1:
+                for i, (x, y) in enumerate(pts):
+                    cx, cy = left + plot_w * x / x_max, base - (panel_height - 18) * y / y_max
+                    tip = f"<title>{escape(titles[i])}</title>" if titles is not None and i < len(titles) else ""
+                    out.append(f'<circle class="dot" cx="{cx:.1f}" cy="{cy:.1f}" r="3.5" fill="{color}">{tip}</circle>')
             if p == 0:
                 out.append(
                     f'<rect x="{left + plot_w + 14}" y="{y0 + 20 + 16 * s}" width="10" height="10" fill="{color}"/>'
@@ -113,7 +128,7 @@ def line_panels(
     if x_label is None:
         x_label, x_scale, ticks = time_axis(x_max)
     else:
-        x_scale, ticks = 1.0, round_ticks(x_max)
+        x_scale, ticks = 1.0, round_ticks(x_max, whole=True)
     base_x = top + len(panels) * (panel_height + gap) - gap + 14
     for x in ticks:
         out.append(

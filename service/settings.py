@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.jobs import money
 from service.quantity import QuantityError, parse_memory_bytes
 
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./ci-sizer.db"
@@ -98,6 +99,17 @@ class Settings(BaseSettings):
     )
     sizing_cache_ttl_seconds: float = Field(
         default=1.0, gt=0, description="freshness bound of cached answers with SQLite and several workers"
+    )
+    # money (issue 34): the operator's prices, never looked up on the network; defaults are OpenCost's
+    # configs/default.json (service/jobs/money.py)
+    price_per_gib_hour: float = Field(default=money.DEFAULT_PRICE_PER_GIB_HOUR, ge=0, le=1000)
+    price_per_core_hour: float = Field(default=money.DEFAULT_PRICE_PER_CORE_HOUR, ge=0, le=1000)
+    price_currency: str = Field(
+        default=money.DEFAULT_CURRENCY,
+        min_length=1,
+        max_length=8,
+        pattern=r"^[A-Za-z$€£¥]+$",
+        description="shown beside amounts",
     )
 
     @field_validator("database_url")

@@ -213,6 +213,10 @@ class JobSummary(SQLModel, table=True):
     refreshed_at: datetime = SQLField(sa_column=Column(DateTime(), nullable=False))
     #: when an override the answer applied expires (the summary is stale from then on)
     fresh_until: datetime | None = SQLField(default=None, sa_column=Column(DateTime(), nullable=True))
+    #: bit flags (``jobs.risk``): 4 pinned memory limit below the peak, 2 OOM backoff, 1 throttled; NULL: 0
+    risk: int | None = SQLField(default=None, sa_column=Column(Integer(), nullable=True))
+    #: JSON, one entry per container: what it uses, ran with and is given (``jobs.risk.ContainerRisk``)
+    containers: str | None = SQLField(default=None, sa_column=Column(Text(), nullable=True))
 
 
 class Analysis(SQLModel, table=True):

@@ -24,7 +24,11 @@ def render(result: dict[str, Any], *, jobs: int = 10) -> str:
                 f"{r['memory_waste_gib_hours']:.1f}" if memory else "-",
             ]
         )
-    head = f"{result['runs']} runs of {result['jobs']} jobs ({result['containers']} containers)"
+    container_runs = result.get("container_runs", result["runs"])  # reports stored before issue 34
+    head = (
+        f"{result['runs']} runs of {result['jobs']} jobs ({result['containers']} containers, {container_runs} "
+        "container-runs; OOM risk and throttling count container-runs, both out of the container-runs scored)"
+    )
     out = [
         head,
         "",
@@ -52,6 +56,6 @@ def render(result: dict[str, Any], *, jobs: int = 10) -> str:
         out += [
             "",
             f"riskiest jobs under {first}:",
-            table(["job", "runs", "OOM risk", "memory waste GiB-h"], job_rows, right=(1, 2, 3)),
+            table(["job", "container-runs", "OOM risk", "memory waste GiB-h"], job_rows, right=(1, 2, 3)),
         ]
     return "\n".join(out)

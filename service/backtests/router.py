@@ -45,6 +45,19 @@ async def create_backtest(
     elif principal.orgs is not None:
         raise Forbidden(f"token {principal.name!r} may not backtest every org: name one")
     max_memory = settings.max_memory
+    async with room.engine.connect() as conn:
+        if not await backtest_service.has_runs(conn=conn, org=body.org, since=body.since, until=body.until):
+            where = f"of org {body.org!r}" if body.org is not None else "of any org"
+            window = " that finished between since and until" if body.since or body.until else ""
+            raise InvalidInput(
+                f"nothing to backtest: no stored run {where}{window}",
+                errors=[
+                    {
+                        "field": "body/org" if body.org is not None else "body",
+                        "message": f"no stored run {where}{window}",
+                    }
+                ],
+            )
 
     async def prepare() -> analyses.Work:
         async with room.engine.connect() as conn:

@@ -27,11 +27,10 @@ from service.backtests.schemas import BacktestCreate
 from service.backtests.walk import add_efficient_columns, prior_by_run
 from service.backtests.walk import walk as score_walk
 from service.keys import ScopeKey
-from service.overrides.service import is_expired
+from service.overrides import service as overrides_service
 from service.sizing import service as sizing
 from service.sizing.params import CpuPercentile, SizingParams
-from service.tables import Job, Override, Run, RunContainer
-from service.wire import utcnow
+from service.tables import Job, Run, RunContainer
 
 DEFAULT_DURATION = 600.0  # seconds, for runs posted without started_at
 
@@ -191,12 +190,7 @@ async def load(
         .join(RunContainer, col(RunContainer.run_pk) == col(Run.id))
         .order_by(col(Job.id), col(Run.finished_at), col(Run.id), col(RunContainer.position))
     )  # fmt: skip
-    if org is not None:
-        q = q.where(col(Job.org) == org)
-    if since is not None:
-        q = q.where(col(Run.finished_at) >= since)
-    if until is not None:
-        q = q.where(col(Run.finished_at) < until)
+    q = _window(q, org=org, since=since, until=until)
     jobs: list[tuple[ScopeKey, int, list[dict[str, Any]]]] = []
     job_pk: int | None = None
     runs: list[dict[str, Any]] = []
@@ -222,25 +216,32 @@ async def load(
     return [s for k, _, r in jobs for s in series_of(k, r, max_memory=max_memory, prior=prior)]
 
 
+def _window(q: Any, *, org: str | None, since: datetime | None, until: datetime | None) -> Any:
+    """``q`` (over jobs and runs) kept to the runs of ``org`` that finished in the window."""
+    if org is not None:
+        q = q.where(col(Job.org) == org)
+    if since is not None:
+        q = q.where(col(Run.finished_at) >= since)
+    if until is not None:
+        q = q.where(col(Run.finished_at) < until)
+    return q
+
+
+async def has_runs(*, conn: AsyncConnection, org: str | None, since: datetime | None, until: datetime | None) -> bool:
+    """Whether any run (of ``org``) finished in the window: a backtest of nothing is refused."""
+    q = select(col(Run.id)).join(Job, col(Job.id) == col(Run.job_id)).limit(1)
+    return (await conn.execute(_window(q, org=org, since=since, until=until))).first() is not None
+
+
 async def load_pins(*, conn: AsyncConnection, org: str | None) -> list[Any]:
     """The unexpired override rows (of ``org``)."""
-    q = select(Override.__table__)  # type: ignore[attr-defined]
-    if org is not None:
-        q = q.where(col(Override.org) == org)
-    now = utcnow()
-    return [o for o in await conn.execute(q) if not is_expired(o, now)]
+    return await overrides_service.of_org(conn=conn, org=org)
 
 
 def pins_for(overrides: Sequence[Any], key: ScopeKey) -> tuple[int, ...]:
     """Rule O2 for one job, as the live answer resolves it (``sizing.pins8``): per field the most
     specific pin's value and its scope rank (0 = none)."""
-    levels = {
-        "org": (key.org, "", "", ""),
-        "repo": (key.org, key.repo, "", ""),
-        "workflow": (key.org, key.repo, key.workflow, ""),
-        "job": (key.org, key.repo, key.workflow, key.job),
-    }
-    return sizing.pins8({o.scope: o for o in overrides if (o.org, o.repo, o.workflow, o.job) == levels.get(o.scope)})
+    return sizing.pins8(overrides_service.applicable_of(overrides, key))
 
 
 def _columns(s: Series, code: int) -> tuple[Any, Any, Any]:
@@ -291,7 +292,8 @@ def summarise(totals: Sequence[float]) -> dict[str, Any]:
         "oom_risk_share": round(oom / scored, 4) if scored else 0.0,
         "cpu_limit_runs": int(cpu_scored),
         "throttled_runs": int(throttled),
-        "throttle_share": round(throttled / cpu_scored, 4) if cpu_scored else None,
+        # out of the same runs as the OOM-risk share: a run without a CPU limit is not throttled
+        "throttle_share": round(throttled / scored, 4) if cpu_scored and scored else None,
         "cpu_waste_core_hours": round(cpu_waste / 1000 / 3600, 3),
         "memory_waste_gib_hours": round(mem_waste / core.GIB / 3600, 3),
         "cpu_request_core_hours": round(cpu_req / 1000 / 3600, 3),
@@ -364,7 +366,9 @@ def run(
     return {
         "jobs": len(jobs),
         "containers": len(series),
-        "runs": sum(int(sum(s.columns["present"])) for s in series),
+        # every series of a job has one entry per run of the job
+        "runs": sum(len(next(s for s in series if s.job == key).columns["clean"]) for key in jobs),
+        "container_runs": sum(int(sum(s.columns["present"])) for s in series),
         "policies": rows,
         "per_job": [
             {

@@ -32,6 +32,9 @@ FLAGS = {
     "sizing_deadline_ms": "--sizing-deadline-ms",
     "sizing_cache_entries": "--sizing-cache-entries",
     "runner_ceilings_file": "--runner-ceilings-file",
+    "price_per_gib_hour": "--price-per-gib-hour",
+    "price_per_core_hour": "--price-per-core-hour",
+    "price_currency": "--price-currency",
 }
 
 
@@ -86,6 +89,9 @@ def add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
     p.add_argument("--sizing-deadline-ms", help="fail-open deadline of the sizing call (default 250)")
     p.add_argument("--runner-ceilings-file", help="per-org maxima the CI runners enforce (TOML/YAML)")
     p.add_argument("--sizing-cache-entries", help="jobs whose answers are cached in process (default 20000; 0: off)")
+    p.add_argument("--price-per-gib-hour", help="money per GiB-hour of memory saved (default 0.004237, OpenCost's)")
+    p.add_argument("--price-per-core-hour", help="money per core-hour of CPU saved (default 0.031611, OpenCost's)")
+    p.add_argument("--price-currency", help="the currency shown beside amounts (default USD)")
 
 
 def settings_from(args: argparse.Namespace) -> Any:

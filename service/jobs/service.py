@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.auth import Principal
 from service.errors import InvalidInput
+from service.jobs import risk
+from service.jobs.money import Prices, money_block
 from service.keys import ScopeKey
 from service.tables import Job, JobSummary, Run, RunContainer
 from service.wire import to_rfc3339
@@ -26,8 +28,8 @@ from service.wire import to_rfc3339
 #: the days a summary counts runs, OOM kills and run-hours over (``window_days`` on the wire)
 WINDOW_DAYS = 7
 
-Sort = Literal["waste_memory", "waste_cpu", "oom", "last_run", "name"]
-SORTS: tuple[Sort, ...] = ("waste_memory", "waste_cpu", "oom", "last_run", "name")
+Sort = Literal["waste_memory", "waste_cpu", "money", "risk", "oom", "last_run", "name"]
+SORTS: tuple[Sort, ...] = ("waste_memory", "waste_cpu", "money", "risk", "oom", "last_run", "name")
 Phase = Literal["unknown", "learning", "confident"]
 
 _jobs = Job.__table__  # type: ignore[attr-defined]
@@ -49,20 +51,40 @@ class JobFilter:
     q: str | None = None  #: a substring of any of the four names, case-insensitive
 
 
-#: sort -> (value expression, descending); NULLs sort as the sentinel, i.e. last
+#: NULLs sort as these sentinels, i.e. last
 _FLOOR = -1e300
 _OLDEST = datetime(1970, 1, 1)
-_SORT_EXPR: dict[str, tuple[ColumnElement[Any], bool]] = {
-    "waste_memory": (func.coalesce(_summaries.c.saved_memory_gib_hours_per_day, literal(_FLOOR)), True),
-    "waste_cpu": (func.coalesce(_summaries.c.saved_cpu_core_hours_per_day, literal(_FLOOR)), True),
-    "oom": (func.coalesce(_summaries.c.window_oom_kills, literal(-1)), True),
-    "last_run": (func.coalesce(_summaries.c.last_run_at, literal(_OLDEST)), True),
-}
+
+
+def money_expr(prices: Prices) -> ColumnElement[Any]:
+    """A summary's saving per day in money; the sentinel when neither saving is known."""
+    mem = _summaries.c.saved_memory_gib_hours_per_day * literal(prices.per_gib_hour)
+    cpu = _summaries.c.saved_cpu_core_hours_per_day * literal(prices.per_core_hour)
+    return func.coalesce(mem + cpu, mem, cpu, literal(_FLOOR))
+
+
+def _sort_keys(sort: str, prices: Prices) -> list[ColumnElement[Any]]:
+    """The values a sort orders by, each descending (then the job id, ascending)."""
+    if sort == "waste_memory":
+        return [func.coalesce(_summaries.c.saved_memory_gib_hours_per_day, literal(_FLOOR))]
+    if sort == "waste_cpu":
+        return [func.coalesce(_summaries.c.saved_cpu_core_hours_per_day, literal(_FLOOR))]
+    if sort == "money":
+        return [money_expr(prices)]
+    if sort == "risk":
+        return [func.coalesce(_summaries.c.risk, literal(-1)), money_expr(prices)]
+    if sort == "oom":
+        return [func.coalesce(_summaries.c.window_oom_kills, literal(-1))]
+    return [func.coalesce(_summaries.c.last_run_at, literal(_OLDEST))]
 
 
 def encode_cursor(sort: str, value: Any, job_id: int) -> str:
     raw = orjson.dumps([sort, value.isoformat() if isinstance(value, datetime) else value, job_id])
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _number(value: Any, bound: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and abs(value) <= bound
 
 
 def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
@@ -79,7 +101,12 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
         elif sort == "oom":
             if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) <= value < 2**31:
                 raise ValueError
-        elif not isinstance(value, int | float) or isinstance(value, bool) or not abs(value) <= 1e300:
+        elif sort == "risk":
+            if not (isinstance(value, list) and len(value) == 2 and isinstance(value[0], int)):
+                raise ValueError
+            if not (_number(value[0], 2**31) and _number(value[1], 1e300)):
+                raise ValueError
+        elif not _number(value, 1e300):
             raise ValueError
         return value, job_id
     except (ValueError, TypeError, orjson.JSONDecodeError, UnicodeDecodeError):
@@ -89,11 +116,19 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
         ) from None
 
 
+def _after(keys: Sequence[ColumnElement[Any]], values: Sequence[Any], after_id: int) -> ColumnElement[bool]:
+    """The rows after a cursor in the order ``keys`` descending, then id ascending."""
+    expr: ColumnElement[bool] = _jobs.c.id > after_id
+    for key, value in reversed(list(zip(keys, values, strict=True))):
+        expr = or_(key < value, and_(key == value, expr))
+    return expr
+
+
 def _like(text: str) -> str:
     return "%" + text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-def _where(flt: JobFilter, orgs: frozenset[str] | None) -> list[ColumnElement[bool]]:
+def job_where(flt: JobFilter, orgs: frozenset[str] | None) -> list[ColumnElement[bool]]:
     where: list[ColumnElement[bool]] = []
     for column, value in (
         (_jobs.c.org, flt.org),
@@ -161,12 +196,14 @@ async def list_jobs(
     limit: int,
     cursor: str | None,
     orgs: frozenset[str] | None,
+    prices: Prices,
 ) -> Page:
-    """One page of jobs with their summaries (keyset pagination on the sort value, then id)."""
+    """One page of jobs with their summaries (keyset pagination on the sort values, then id)."""
     base = select(_jobs, *(c for c in _summaries.columns if c.name != "job_id")).outerjoin(
         _summaries, _summaries.c.job_id == _jobs.c.id
     )
-    where = _where(flt, orgs)
+    where = job_where(flt, orgs)
+    keys: list[ColumnElement[Any]] = []
     if sort == "name":
         value: ColumnElement[Any] = tuple_(_jobs.c.org, _jobs.c.repo, _jobs.c.workflow, _jobs.c.job, _jobs.c.id)
         order = [_jobs.c.org, _jobs.c.repo, _jobs.c.workflow, _jobs.c.job, _jobs.c.id]
@@ -174,12 +211,13 @@ async def list_jobs(
             names, after_id = decode_cursor(cursor, sort)
             where.append(value > tuple_(*(literal(n) for n in names), literal(after_id)))
     else:
-        expr, _desc = _SORT_EXPR[sort]
-        order = [expr.desc(), _jobs.c.id]
+        keys = _sort_keys(sort, prices)
+        order = [*(k.desc() for k in keys), _jobs.c.id]
         if cursor:
             after, after_id = decode_cursor(cursor, sort)
-            where.append(or_(expr < after, and_(expr == after, _jobs.c.id > after_id)))
-    stmt = base.where(*where).order_by(*order).limit(limit + 1)
+            where.append(_after(keys, after if sort == "risk" else [after], after_id))
+    labelled = [k.label(f"sort_{i}") for i, k in enumerate(keys)]
+    stmt = base.add_columns(*labelled).where(*where).order_by(*order).limit(limit + 1)
     rows = list(await conn.execute(stmt))
     more = len(rows) > limit
     rows = rows[:limit]
@@ -189,51 +227,50 @@ async def list_jobs(
         if sort == "name":
             next_cursor = encode_cursor(sort, [last.org, last.repo, last.workflow, last.job], last.id)
         else:
-            next_cursor = encode_cursor(sort, _sort_value(sort, last), last.id)
+            values = [getattr(last, f"sort_{i}") for i in range(len(keys))]
+            next_cursor = encode_cursor(sort, values if sort == "risk" else values[0], last.id)
     return Page(rows=rows, next_cursor=next_cursor)
 
 
 async def read_page(
-    *, engine: AsyncEngine, principal: Principal, flt: JobFilter, sort: Sort, limit: int, cursor: str | None
+    *,
+    engine: AsyncEngine,
+    principal: Principal,
+    flt: JobFilter,
+    sort: Sort,
+    limit: int,
+    cursor: str | None,
+    prices: Prices,
 ) -> tuple[Page, dict[str, Any]]:
     """One page and the totals, as the API and the operator's page both read them."""
     async with engine.connect() as conn:
-        page = await list_jobs(conn=conn, flt=flt, sort=sort, limit=limit, cursor=cursor, orgs=principal.orgs)
-        return page, await totals(conn=conn, flt=flt, orgs=principal.orgs)
-
-
-def _sort_value(sort: str, row: Any) -> Any:
-    if sort == "waste_memory":
-        return _FLOOR if row.saved_memory_gib_hours_per_day is None else row.saved_memory_gib_hours_per_day
-    if sort == "waste_cpu":
-        return _FLOOR if row.saved_cpu_core_hours_per_day is None else row.saved_cpu_core_hours_per_day
-    if sort == "oom":
-        return -1 if row.window_oom_kills is None else row.window_oom_kills
-    return _OLDEST if row.last_run_at is None else row.last_run_at
-
-
-async def totals(*, conn: AsyncConnection, flt: JobFilter, orgs: frozenset[str] | None) -> dict[str, Any]:
-    """Over every job the filter selects: how many, by phase and in OOM backoff, and the capacity
-    saved per day if every answer were applied."""
-    s = _summaries
-    stmt = (
-        select(
-            func.count(),
-            func.count(s.c.job_id),
-            func.sum(case((s.c.phase == "unknown", 1), else_=0)),
-            func.sum(case((s.c.phase == "learning", 1), else_=0)),
-            func.sum(case((s.c.phase == "confident", 1), else_=0)),
-            func.sum(case((s.c.oom_backoff == true(), 1), else_=0)),
-            func.sum(s.c.saved_memory_gib_hours_per_day),
-            func.sum(s.c.saved_cpu_core_hours_per_day),
-            func.min(s.c.refreshed_at),
+        page = await list_jobs(
+            conn=conn, flt=flt, sort=sort, limit=limit, cursor=cursor, orgs=principal.orgs, prices=prices
         )
-        .select_from(_jobs)
-        .outerjoin(s, s.c.job_id == _jobs.c.id)
-        .where(*_where(flt, orgs))
-    )
-    row = (await conn.execute(stmt)).one()
-    jobs, summarised, unknown, learning, confident, backoff, mem, cpu, oldest = row
+        return page, await totals(conn=conn, flt=flt, orgs=principal.orgs, prices=prices)
+
+
+def _totals_columns() -> list[ColumnElement[Any]]:
+    s = _summaries
+    risky = func.coalesce(s.c.risk, 0)
+    return [
+        func.count(),
+        func.count(s.c.job_id),
+        func.sum(case((s.c.phase == "unknown", 1), else_=0)),
+        func.sum(case((s.c.phase == "learning", 1), else_=0)),
+        func.sum(case((s.c.phase == "confident", 1), else_=0)),
+        func.sum(case((s.c.oom_backoff == true(), 1), else_=0)),
+        func.sum(case((risky > 0, 1), else_=0)),
+        func.sum(case((risky.op("&")(risk.BELOW_PEAK) != 0, 1), else_=0)),
+        func.sum(s.c.saved_memory_gib_hours_per_day),
+        func.sum(s.c.saved_cpu_core_hours_per_day),
+        func.min(s.c.refreshed_at),
+    ]
+
+
+def _totals_of(row: Sequence[Any], prices: Prices) -> dict[str, Any]:
+    jobs, summarised, unknown, learning, confident, backoff, at_risk, below, mem, cpu, oldest = row
+    mem, cpu = round(float(mem or 0.0), 3), round(float(cpu or 0.0), 3)
     return {
         "jobs": jobs or 0,
         "summarised": summarised or 0,
@@ -241,48 +278,61 @@ async def totals(*, conn: AsyncConnection, flt: JobFilter, orgs: frozenset[str] 
         "learning": learning or 0,
         "confident": confident or 0,
         "oom_backoff": backoff or 0,
-        "saved_memory_gib_hours_per_day": round(float(mem or 0.0), 3),
-        "saved_cpu_core_hours_per_day": round(float(cpu or 0.0), 3),
+        "at_risk": at_risk or 0,
+        "pinned_below_peak": below or 0,
+        "saved_memory_gib_hours_per_day": mem,
+        "saved_cpu_core_hours_per_day": cpu,
+        "saved_money": money_block(prices, mem, cpu),
         "oldest_summary_at": to_rfc3339(oldest),
     }
 
 
-def public(row: Any) -> dict[str, Any]:
-    """One row of the list in its wire shape (``models.JobPublic``)."""
-    summarised = row.phase is not None
+async def totals(
+    *, conn: AsyncConnection, flt: JobFilter, orgs: frozenset[str] | None, prices: Prices
+) -> dict[str, Any]:
+    """Over every job the filter selects: how many, by phase, in OOM backoff and at risk, and the
+    capacity saved per day if every answer were applied (a job at risk saves nothing, ``risk``),
+    in GiB-hours, core-hours and money."""
+    stmt = (
+        select(*_totals_columns())
+        .select_from(_jobs)
+        .outerjoin(_summaries, _summaries.c.job_id == _jobs.c.id)
+        .where(*job_where(flt, orgs))
+    )
+    return _totals_of((await conn.execute(stmt)).one(), prices)
 
-    def r(value: float | None) -> float | None:
-        return None if value is None else round(value, 4)
 
-    return {
-        "org": row.org,
-        "repo": row.repo,
-        "workflow": row.workflow,
-        "job": row.job,
-        "phase": row.phase,
-        "override_scope": row.override_scope,
-        "oom_backoff": row.oom_backoff,
-        "last_run_at": to_rfc3339(row.last_run_at),
-        "window_days": WINDOW_DAYS,
-        "runs": row.window_runs,
-        "oom_kills": row.window_oom_kills,
-        "run_hours_per_day": r(row.run_hours_per_day),
-        "in_force": {
-            "cpu_request_millicores": row.in_force_cpu_request_millicores,
-            "memory_limit_bytes": row.in_force_memory_limit_bytes,
-        },
-        "answer": None
-        if not summarised
-        else {
-            "cpu_request_millicores": row.answer_cpu_request_millicores,
-            "memory_limit_bytes": row.answer_memory_limit_bytes,
-        },
-        "saved_per_day": {
-            "memory_gib_hours": r(row.saved_memory_gib_hours_per_day),
-            "cpu_core_hours": r(row.saved_cpu_core_hours_per_day),
-        },
-        "summarised_at": to_rfc3339(row.refreshed_at),
+async def breakdown(
+    *, conn: AsyncConnection, flt: JobFilter, orgs: frozenset[str] | None, prices: Prices, limit: int = 20
+) -> dict[str, list[dict[str, Any]]]:
+    """``totals`` per org (``"org"``) and per org and repo (``"repo"``) of the jobs the filter selects,
+    in each the ``limit`` that save the most money first; one pass over the jobs (by repo, summed up
+    by org here)."""
+    stmt = (
+        select(_jobs.c.org, _jobs.c.repo, *_totals_columns())
+        .select_from(_jobs)
+        .outerjoin(_summaries, _summaries.c.job_id == _jobs.c.id)
+        .where(*job_where(flt, orgs))
+        .group_by(_jobs.c.org, _jobs.c.repo)
+    )
+    repos: list[tuple[str, str | None, Sequence[Any]]] = []
+    by_org: dict[str, list[Any]] = {}
+    for row in await conn.execute(stmt):
+        org, repo, values = row[0], row[1], list(row[2:])
+        repos.append((org, repo, values))
+        summed = by_org.setdefault(org, [None] * len(values))
+        for i, v in enumerate(values[:-1]):  # counts and savings add up; the oldest time is the least
+            summed[i] = v if summed[i] is None else summed[i] + (v or 0)
+        oldest = values[-1]
+        summed[-1] = oldest if summed[-1] is None or (oldest is not None and oldest < summed[-1]) else summed[-1]
+    groups = {
+        "org": [{"org": org, "repo": None, **_totals_of(v, prices)} for org, v in by_org.items()],
+        "repo": [{"org": org, "repo": repo, **_totals_of(v, prices)} for org, repo, v in repos],
     }
+    for rows in groups.values():
+        rows.sort(key=lambda g: (-(g["saved_money"]["per_day"] or 0.0), g["org"], g["repo"] or ""))
+        del rows[limit:]
+    return groups
 
 
 # --------------------------------------------------------------------------- one job's runs (the job view's plot)
@@ -291,14 +341,17 @@ _RECENT = (
     select(
         _runs.c.id,
         _runs.c.run_id,
+        _runs.c.started_at,
         _runs.c.finished_at,
         _containers.c.name,
         _containers.c.memory_peak_bytes,
         _containers.c.memory_limit_bytes,
+        _containers.c.cpu_request_millicores,
         _containers.c.oom_killed,
         _containers.c.oom_kill_events,
         _containers.c.oom_suspect,
         _containers.c.cpu_peak,
+        _containers.c.cpu_p95,
     )
     .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
     .where(
@@ -314,7 +367,7 @@ _RECENT = (
 )
 
 
-async def recent_runs(*, conn: AsyncConnection, job_id: int, limit: int = 60) -> list[Any]:
+async def recent_runs(*, conn: AsyncConnection, job_id: int, limit: int = risk.PEAK_RUNS) -> list[Any]:
     """The job's newest ``limit`` runs, oldest first, one row per container."""
     return list(await conn.execute(_RECENT, {"job_id": job_id, "limit": limit}))
 

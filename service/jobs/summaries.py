@@ -27,6 +27,7 @@ from sqlalchemy import bindparam, exists, or_, select, true
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from service.jobs import risk
 from service.jobs.service import WINDOW_DAYS
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS
@@ -58,6 +59,10 @@ class RunStats:
     run_hours_per_day: float | None = None
     in_force_cpu_request_millicores: float | None = None
     in_force_memory_limit_bytes: int | None = None
+    #: per container of the newest run: (memory limit, CPU request) it reported running with
+    ran_with: dict[str, tuple[int | None, float | None]] = field(default_factory=dict)
+    #: per container: what it used over the newest runs (``risk.usage``)
+    used: dict[str, risk.Usage] = field(default_factory=dict)
 
 
 _oom_killed = exists().where(
@@ -75,7 +80,9 @@ _newest = (
     .scalar_subquery()
 )
 _NEWEST_RUN = (
-    select(_runs.c.finished_at, _containers.c.memory_limit_bytes, _containers.c.cpu_request_millicores)
+    select(
+        _runs.c.finished_at, _containers.c.name, _containers.c.memory_limit_bytes, _containers.c.cpu_request_millicores
+    )
     .join_from(_runs, _containers, _containers.c.run_pk == _runs.c.id)
     .where(_runs.c.id == _newest)
 )
@@ -91,6 +98,7 @@ async def run_stats(*, conn: AsyncConnection, job_id: int, now: datetime) -> Run
     newest = list(await conn.execute(_NEWEST_RUN, {"job_id": job_id}))
     if newest:
         stats.last_run_at = newest[0].finished_at
+        stats.ran_with = {r.name: (r.memory_limit_bytes, r.cpu_request_millicores) for r in newest}
         mems = [r.memory_limit_bytes for r in newest]
         cpus = [r.cpu_request_millicores for r in newest]
         if all(m is not None for m in mems):
@@ -106,6 +114,7 @@ async def run_stats(*, conn: AsyncConnection, job_id: int, now: datetime) -> Run
     if durations:
         mean_hours = sum(durations) / len(durations) / 3600
         stats.run_hours_per_day = mean_hours * stats.window_runs / WINDOW_DAYS
+    stats.used = (await risk.usage(conn=conn, job_ids=[job_id])).get(job_id, {})
     return stats
 
 
@@ -114,11 +123,15 @@ def summary_row(*, job_id: int, answer: Answer, fresh_until: float, stats: RunSt
     cs = answer.containers
     answer_cpu = sum(c.cpu.request_millicores for c in cs)
     answer_memory = sum(c.memory.limit_bytes for c in cs)
+    assessed = risk.assess(answer, stats.used, stats.ran_with)
+    # a job kept below what it uses by a pin saves nothing: it is killed or throttled instead
+    below_peak = any(c.below_peak for c in assessed)
+    throttled_by_pin = any(c.throttled and c.cpu_limit_source != "algorithm" for c in assessed)
     saved_memory = saved_cpu = None
     if stats.run_hours_per_day is not None:
-        if stats.in_force_memory_limit_bytes is not None:
+        if stats.in_force_memory_limit_bytes is not None and not below_peak:
             saved_memory = (stats.in_force_memory_limit_bytes - answer_memory) / GIB * stats.run_hours_per_day
-        if stats.in_force_cpu_request_millicores is not None:
+        if stats.in_force_cpu_request_millicores is not None and not throttled_by_pin:
             saved_cpu = (stats.in_force_cpu_request_millicores - answer_cpu) / 1000 * stats.run_hours_per_day
     return {
         "job_id": job_id,
@@ -136,6 +149,8 @@ def summary_row(*, job_id: int, answer: Answer, fresh_until: float, stats: RunSt
         "saved_memory_gib_hours_per_day": saved_memory,
         "saved_cpu_core_hours_per_day": saved_cpu,
         "refreshed_at": now,
+        "risk": risk.flags_of(assessed),
+        "containers": risk.dump(assessed),
         "fresh_until": None
         if math.isinf(fresh_until)
         else datetime.fromtimestamp(fresh_until, UTC).replace(tzinfo=None),
@@ -197,11 +212,8 @@ def _stale_query(limit: int) -> Any:
 
 
 def _scope_query(key: ScopeKey) -> Any:
-    stmt = select(_jobs.c.id, _jobs.c.org, _jobs.c.repo, _jobs.c.workflow, _jobs.c.job).where(_jobs.c.org == key.org)
-    for column, value in ((_jobs.c.repo, key.repo), (_jobs.c.workflow, key.workflow), (_jobs.c.job, key.job)):
-        if value:
-            stmt = stmt.where(column == value)
-    return stmt.order_by(_jobs.c.id)
+    stmt = select(_jobs.c.id, _jobs.c.org, _jobs.c.repo, _jobs.c.workflow, _jobs.c.job)
+    return stmt.where(*risk.scope_where(key)).order_by(_jobs.c.id)
 
 
 def _key(row: Any) -> tuple[int, ScopeKey]:

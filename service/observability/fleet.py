@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from prometheus_client import Gauge
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
 from service.db import unit_of_work
+from service.jobs.money import Prices
 from service.observability.metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY, OVERRIDES
-from service.tables import Job, Override
+from service.tables import Job, JobSummary, Override
 from service.wire import utcnow
 
 log = logging.getLogger("ci_sizer.fleet")
@@ -31,9 +33,20 @@ class JobTotals:
     memory_observed_bytes: int
 
 
+FLEET_SAVING = Gauge(
+    "ci_sizer_fleet_saving_per_day",
+    "Money saved per day if every job's answer were applied, at the operator's prices (--price-per-gib-hour, "
+    "--price-per-core-hour), by resource; jobs kept below what they use by a pin count nothing (docs/ui.md).",
+    ["resource", "currency"],
+    multiprocess_mode="mostrecent",
+)
+
+
 class FleetTracker:
-    def __init__(self) -> None:
+    def __init__(self, prices: Prices | None = None) -> None:
         self.pending: dict[int, JobTotals] = {}
+        #: turn the job summaries' savings into money for ``ci_sizer_fleet_saving_per_day``
+        self.prices = prices or Prices()
 
     def note(self, job_id: int, totals: JobTotals) -> None:
         self.pending[job_id] = totals
@@ -91,6 +104,20 @@ async def refresh_gauges(session: AsyncSession) -> None:
     FLEET_MEMORY.labels(kind="observed").set(float(mem_obs))
 
 
+async def refresh_saving(session: AsyncSession, prices: Prices) -> None:
+    """Set ``ci_sizer_fleet_saving_per_day`` from the job summaries (the jobs list's totals)."""
+    mem, cpu = (
+        await session.execute(
+            select(
+                func.coalesce(func.sum(col(JobSummary.saved_memory_gib_hours_per_day)), 0.0),
+                func.coalesce(func.sum(col(JobSummary.saved_cpu_core_hours_per_day)), 0.0),
+            )
+        )
+    ).one()
+    FLEET_SAVING.labels(resource="memory", currency=prices.currency).set(float(mem or 0) * prices.per_gib_hour)
+    FLEET_SAVING.labels(resource="cpu", currency=prices.currency).set(float(cpu or 0) * prices.per_core_hour)
+
+
 async def flush_and_refresh(
     tracker: FleetTracker, write_maker: async_sessionmaker[AsyncSession], maker: async_sessionmaker[AsyncSession]
 ) -> None:
@@ -100,6 +127,7 @@ async def flush_and_refresh(
     try:
         async with maker() as session:
             await refresh_gauges(session)
+            await refresh_saving(session, tracker.prices)
     except Exception as exc:
         DATABASE_ERRORS.inc()
         log.warning("gauges not refreshed: %s", type(exc).__name__)

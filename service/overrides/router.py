@@ -12,7 +12,7 @@ from service import changes
 from service.auth import AdminPrincipal, AuthenticatedRoute, ReadPrincipal
 from service.cache import AnswerCache
 from service.db import UnitOfWork, UnitOfWorkDep, WriteUnitOfWorkDep
-from service.deps import AnswersDep, SummariesDep
+from service.deps import AnswersDep, EngineDep, SummariesDep
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -23,9 +23,11 @@ from service.errors import (
     Unauthorized,
     problem_responses,
 )
+from service.jobs import risk
 from service.jobs.summaries import SummaryRefresher
 from service.keys import Scope, ScopeKey
 from service.overrides import service as overrides_service
+from service.overrides.schemas import OverrideCheckPublic, check_public
 from service.overrides.service import ListFilter, Pins
 from service.paths import job_key, org_key, repo_key, workflow_key
 from service.quantity import QuantityError, format_cpu, format_memory, parse_cpu_millicores, parse_memory_bytes
@@ -114,10 +116,16 @@ def to_public(o: Override) -> OverridePublic:
     )
 
 
+#: the least a memory value may be pinned at: the floors of the computed values (rules S10, S12); below
+#: them a pin is almost always a unit left out ("500" is 500 bytes), and no build runs in it
+MEMORY_FLOORS = {"memory_request": (32 << 20, "32Mi", "S10"), "memory_limit": (128 << 20, "128Mi", "S12")}
+
+
 def pins_of(body: OverridePut) -> Pins:
     """Rule O1: quantities parse, are > 0, at least one is pinned, request <= limit in the body;
     and an expiry, when given, is in the future (an override that is expired when written would
-    be stored and listed, but never applied)."""
+    be stored and listed, but never applied). A memory pin below the floor of the computed value
+    (``MEMORY_FLOORS``) is refused too."""
     errors: list[dict[str, str]] = []
     values: dict[str, int | None] = {}
     for name, parse, maximum in (
@@ -135,10 +143,20 @@ def pins_of(body: OverridePut) -> Pins:
         except QuantityError as exc:
             errors.append({"field": f"body/{name}", "message": str(exc)})
             continue
+        floor = MEMORY_FLOORS.get(name)
         if parsed <= 0:
             errors.append({"field": f"body/{name}", "message": "must be greater than zero"})
         elif parsed > maximum:
             errors.append({"field": f"body/{name}", "message": "is larger than any node"})
+        elif floor is not None and parsed < floor[0]:
+            hint = f"; a bare number is bytes: did you mean {text.strip()}Mi?" if text.strip().isdigit() else ""
+            errors.append(
+                {
+                    "field": f"body/{name}",
+                    "message": f"{text!r} is {parsed:,} bytes, below {floor[1]}, the least a {name.replace('_', ' ')} "
+                    f"is given (rule {floor[2]}){hint}",
+                }
+            )
         else:
             values[name] = parsed
     if body.expires_at is not None and body.expires_at <= utcnow():
@@ -162,7 +180,9 @@ def pins_of(body: OverridePut) -> Pins:
                     }
                 )
     if errors:
-        raise InvalidInput("invalid override: " + ", ".join(e["field"] for e in errors), errors=errors)
+        raise InvalidInput(
+            "invalid override: " + "; ".join(f"{e['field']}: {e['message']}" for e in errors), errors=errors
+        )
     return Pins(
         cpu_request_millicores=values["cpu_request"],
         cpu_limit_millicores=values["cpu_limit"],
@@ -254,14 +274,26 @@ def _endpoints(key_dep: KeyDep) -> tuple[Endpoint, Endpoint, Endpoint]:
         body: OverridePut,
         response: Response,
         uow: WriteUnitOfWorkDep,
+        engine: EngineDep,
         answers: AnswersDep,
         summaries: SummariesDep,
         principal: AdminPrincipal,
         if_match: Annotated[str | None, Header()] = None,
         if_none_match: Annotated[str | None, Header()] = None,
-    ) -> OverridePublic:
+        dry_run: Annotated[
+            bool,
+            Query(
+                description="check the body and say which jobs the override would put below what they use; "
+                "write nothing (preconditions are not checked)"
+            ),
+        ] = False,
+    ) -> OverridePublic | OverrideCheckPublic:
         principal.ensure_org(key.org)
         pins = pins_of(body)
+        if dry_run:  # reads on the read engine: the write session is never begun, no lock is taken
+            async with engine.connect() as conn:
+                jobs, below = await risk.pin_check(conn=conn, key=key, pins=pins)
+            return OverrideCheckPublic(scope=key.scope, jobs=jobs, below_use=[check_public(r) for r in below])
         saved, created = await overrides_service.put(
             session=uow.session,
             key=key,
@@ -308,10 +340,10 @@ for _path, _dep in _SCOPE_PATHS:
         _path,
         _put,
         methods=["PUT"],
-        response_model=OverridePublic,
+        response_model=OverridePublic | OverrideCheckPublic,
         status_code=200,
         operation_id=f"put_override_{_scope}",
-        summary=f"Create (201) or replace (200) the {_scope}-scope override",
+        summary=f"Create (201) or replace (200) the {_scope}-scope override; with dry_run=true, check it (200)",
         responses={
             201: {"model": OverridePublic, "description": "created"},
             **problem_responses(BadRequest, InvalidInput, PreconditionFailed, PayloadTooLarge, Unauthorized, Forbidden),

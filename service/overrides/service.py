@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -210,6 +211,27 @@ async def applicable(*, conn: AsyncConnection, key: ScopeKey) -> dict[str, PinRo
     rows = await conn.execute(_APPLICABLE, {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job})
     now = utcnow()
     return {row.scope: row for row in rows if not is_expired(row, now)}
+
+
+def applicable_of(overrides: Iterable[PinRow], key: ScopeKey) -> dict[str, PinRow]:
+    """Of a list of override rows, those that bear on one job, by scope (rule O2) (``applicable``
+    without the database; expiry is the caller's)."""
+    levels = {
+        "org": (key.org, "", "", ""),
+        "repo": (key.org, key.repo, "", ""),
+        "workflow": (key.org, key.repo, key.workflow, ""),
+        "job": (key.org, key.repo, key.workflow, key.job),
+    }
+    return {o.scope: o for o in overrides if (o.org, o.repo, o.workflow, o.job) == levels.get(o.scope)}
+
+
+async def of_org(*, conn: AsyncConnection, org: str | None) -> list[PinRow]:
+    """The unexpired override rows of ``org`` (of every org: None)."""
+    q = select(_table)
+    if org is not None:
+        q = q.where(_table.c.org == org)
+    now = utcnow()
+    return [o for o in await conn.execute(q) if not is_expired(o, now)]
 
 
 def encode_cursor(last_id: int) -> str:

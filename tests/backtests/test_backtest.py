@@ -153,3 +153,36 @@ def test_cli_backtest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert [p["kind"] for p in report["policies"]] == ["ci-sizer", "recorded"]
     assert main(["backtest", "--database-url", url, "--buffer", "ten"]) == 2
     assert main(["backtest", "--database-url", url, "--org", "nobody"]) == 1
+
+
+async def test_runs_are_runs_and_both_shares_have_one_denominator(client: httpx.AsyncClient) -> None:
+    # issue 34: two runs of a pod with a sidecar are 2 runs (4 container-runs); the KRR-like row has a
+    # CPU limit on a job's first run only, and its throttled share is out of every scored run as well
+    history = []
+    for body in HISTORY:
+        body = json.loads(json.dumps(body))
+        body["containers"].append(container("redis", cpu=50.0, mem=80 * MIB, limit=GIB))
+        history.append(body)
+    await post_runs(client, *history)
+    r = await client.post("/api/v1/backtests", json={"org": JOB["org"]})
+    a = await poll(client, r.headers["Location"])
+    result = a["result"]
+    assert (result["runs"], result["container_runs"], result["containers"]) == (2, 4, 2)
+    for p in result["policies"]:
+        if p["throttle_share"] is not None:
+            assert p["throttle_share"] == round(p["throttled_runs"] / p["runs_scored"], 4), p["label"]
+    krr = next(p for p in result["policies"] if "KRR" in p["label"])
+    assert krr["cpu_limit_runs"] < krr["runs_scored"]  # the case the old denominator got wrong
+    text = backtest.render(result)
+    assert text.startswith("2 runs of 1 jobs (2 containers, 4 container-runs;")
+
+
+async def test_a_backtest_of_nothing_is_refused(client: httpx.AsyncClient) -> None:
+    await post_runs(client, *HISTORY)
+    r = await client.post("/api/v1/backtests", json={"org": "nobody"})
+    assert r.status_code == 422
+    assert r.json()["errors"] == [{"field": "body/org", "message": "no stored run of org 'nobody'"}]
+    r = await client.post("/api/v1/backtests", json={"org": JOB["org"], "since": "2027-01-01T00:00:00Z"})
+    assert r.status_code == 422
+    assert "that finished between since and until" in r.json()["detail"]
+    assert (await client.post("/api/v1/backtests", json={"org": JOB["org"]})).status_code == 202

@@ -63,7 +63,7 @@ def pins(draw: st.DrawFn) -> dict[str, dict[str, str]]:
     out = {}
     for scope in draw(st.lists(st.sampled_from(SCOPES), unique=True, max_size=3)):
         body = {}
-        for kind, lo, hi, unit in (("cpu", 1, 4000, "m"), ("memory", 64, 9000, "Mi")):
+        for kind, lo, hi, unit in (("cpu", 1, 4000, "m"), ("memory", 128, 9000, "Mi")):  # 128Mi: the pin floor
             # a scope's own request is never above its own limit (rule O1)
             values = sorted(draw(st.lists(st.integers(lo, hi), min_size=2, max_size=2)))
             for field, v in zip(("request", "limit"), values, strict=True):

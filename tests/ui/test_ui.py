@@ -56,19 +56,27 @@ async def test_shell_and_assets_are_served_without_data(secured: httpx.AsyncClie
 
 
 async def test_fragments_need_a_reading_token(secured: httpx.AsyncClient) -> None:
-    for path in ("/ui/fragments/me", "/ui/fragments/jobs", "/ui/fragments/overrides", "/ui/fragments/analyses"):
+    for path in (
+        "/ui/fragments/me",
+        "/ui/fragments/jobs",
+        "/ui/fragments/trends",
+        "/ui/fragments/overrides",
+        "/ui/fragments/analyses",
+    ):
         assert (await secured.get(path)).status_code == 401, path
         assert (await secured.get(path, headers=bearer("ingest"))).status_code == 403, path
         assert (await secured.get(path, headers=bearer("read"))).status_code == 200, path
     job_query = {"org": "globex", "repo": "r", "workflow": "w", "job": "j"}
     assert (await secured.get("/ui/fragments/job", params=job_query, headers=bearer("read"))).status_code == 403
     assert (await secured.get("/ui/fragments/jobs?org=globex", headers=bearer("read"))).status_code == 403
+    assert (await secured.get("/ui/fragments/trends?org=globex", headers=bearer("read"))).status_code == 403
 
 
 async def test_control_characters_are_problems(client: httpx.AsyncClient) -> None:
     for path in (
         "/ui/fragments/job?org=a%00&repo=r&workflow=w&job=j",
         "/ui/fragments/jobs?q=%00",
+        "/ui/fragments/trends?org=%07",
         "/ui/fragments/overrides?org=%00",
         "/ui/fragments/override?org=a&repo=%1b",
     ):
@@ -199,3 +207,80 @@ def test_plot_marks_points_on_their_panel() -> None:
     )
     assert svg.count('class="marker"') == 1
     assert "OOM &lt;kill&gt;" in svg
+
+
+async def test_new_views_escape_hostile_names(client: httpx.AsyncClient) -> None:
+    # issue 34's views: container rows, runs by date, trends, past analyses, the risk alert
+    sidecar = '"><img src=x onerror=alert(3)>'
+    for n in range(1, 4):
+        body = recent_run(n, EVIL, mem=int(3 * GIB))
+        body["run_id"] = f"<i>run</i>-{n}"
+        body["containers"].append({**body["containers"][0], "name": sidecar})
+        await post(client, body)
+    r = await client.put("/api/v1/sizing/overrides/acme", json={"memory_limit": "1Gi"})
+    assert r.status_code == 201, r.text
+    r = await client.post("/api/v1/backtests", json={"org": "acme"})
+    assert r.status_code == 202, r.text
+    await summarise(client)
+    pages = [
+        (await client.get("/ui/fragments/jobs", params={"sort": "risk"})).text,
+        (await client.get("/ui/fragments/job", params=EVIL)).text,
+        (await client.get("/ui/fragments/trends", params={"q": HOSTILE})).text,
+        (await client.get("/ui/fragments/analyses")).text,
+    ]
+    for html in pages:
+        assert HOSTILE not in html
+        assert "<img" not in html
+        assert "<i>" not in html
+    assert 'data-container="&#34;&gt;&lt;img src=x onerror=alert(3)&gt;"' in pages[0]  # its own row
+    assert "pinned below peak" in pages[0]
+    assert "&lt;i&gt;run&lt;/i&gt;-1" in pages[1]  # the runs by date
+    assert 'data-testid="risk-alert"' in pages[1]
+    assert "names containing &#39;&lt;script&gt;" in pages[2]
+
+
+def test_measured_memory_and_money_read_as_a_person_writes_them() -> None:
+    from service.ui.render import human_memory, money, when
+
+    assert human_memory(836677659) == "798 MiB"
+    assert human_memory(int(6.6 * GIB)) == "6.6 GiB"
+    assert human_memory(1500 * GIB) == "1,500 GiB"
+    assert human_memory(512) == "512 B"
+    assert human_memory(None) == "-"
+    assert money(0.0142, "USD") == "0.014 USD"
+    assert money(-0.0004, "USD") == "0.000 USD"  # never "-0.000"
+    assert money(12.345, "EUR") == "12.35 EUR"
+    assert money(-1234.5, "USD") == "-1,234 USD"  # whole units from 100 (round half to even)
+    assert when("2026-11-26T09:43:28.372792Z") == "2026-11-26 09:43"
+    assert when("2026-11-26T09:43:28.372792Z", True) == "2026-11-26 09:43:28"
+
+
+def test_plots_scale_and_count_in_whole_ticks() -> None:
+    svg = line_panels("t", [("a", {"s": [(1.0, 1.0)]})], x_label="run", hover=[{"s": ["run <r1>"]}])
+    assert 'viewBox="0 0 900 ' in svg
+    ticks = re.findall(r'text-anchor="middle" fill="#777">([^<]+)<', svg)
+    assert ticks == ["0", "1", "2"]  # one run: whole ticks, the run mid-axis
+    assert svg.count('class="dot"') == 1  # a series of one point is a dot
+    assert "<title>run &lt;r1&gt;</title>" in svg
+
+
+async def test_the_trends_view_keeps_a_trend_for_a_minute_and_says_when_it_was_computed(
+    client: httpx.AsyncClient,
+) -> None:
+    await post(client, *(recent_run(n, job("build")) for n in range(1, 4)))
+
+    def runs(html: str) -> int:
+        found = re.search(r'data-sum="runs">(\d+)<', html)
+        assert found is not None
+        return int(found.group(1))
+
+    first = (await client.get("/ui/fragments/trends")).text
+    assert runs(first) == 3
+    assert "Computed at " in first
+    await post(client, recent_run(4, job("build")))
+    assert runs((await client.get("/ui/fragments/trends")).text) == 3  # kept (for at most TREND_TTL)
+    assert runs((await client.get("/ui/fragments/trends", params={"org": "acme"})).text) == 4  # another filter
+    cache = client.app.state.ui_trends  # type: ignore[attr-defined]
+    for key, (_, days, at) in list(cache.entries.items()):
+        cache.entries[key] = (0.0, days, at)  # as if the minute had passed
+    assert runs((await client.get("/ui/fragments/trends")).text) == 4

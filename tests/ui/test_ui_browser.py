@@ -10,14 +10,10 @@ for docs/ui.md).
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 import httpx
@@ -30,77 +26,17 @@ from ..conftest import _clean
 from ..helpers import GIB, MIB
 from ..live import LiveServer
 from ..test_auth import SECRETS, write_tokens
+from .browser import by, filter_jobs, open_job, open_page, shot, summarised
+from .browser import wait as _wait
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install -e '.[test]')")
-from selenium.common.exceptions import (  # noqa: E402
-    NoAlertPresentException,
-    NoSuchElementException,
-    StaleElementReferenceException,
-)
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 
-T = TypeVar("T")
 LOGS: dict[str, Path] = {}
-CHROMEDRIVER = "/usr/bin/chromedriver"
-CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
-REQUIRE = os.environ.get("CI_SIZER_REQUIRE_BROWSER", "") not in ("", "0")
 HOSTILE = "<script>alert(1)</script>"
-FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-dev-shm-usage",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1400,1000",
-)
-
-
-def _chromium() -> str | None:
-    return next((p for p in CHROMIUM if Path(p).exists()), None) or shutil.which("chromium")
-
-
-@pytest.fixture(scope="module")
-def browser_binary() -> str:
-    binary = _chromium()
-    if binary is None or not Path(CHROMEDRIVER).exists():
-        why = f"no Chromium ({CHROMIUM}) or chromedriver ({CHROMEDRIVER}): apt-get install chromium chromium-driver"
-        if REQUIRE:
-            pytest.fail(f"the browser tests are required (CI_SIZER_REQUIRE_BROWSER=1) but {why}")
-        pytest.skip(f"BROWSER TESTS SKIPPED: {why}")
-    return binary
-
-
-@pytest.fixture(scope="module")
-def driver(browser_binary: str) -> Iterator[WebDriver]:
-    profile = tempfile.mkdtemp(prefix="ci-sizer-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = browser_binary
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    d.set_script_timeout(20)
-    try:
-        yield d
-    finally:
-        d.quit()
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def screenshots() -> Iterator[Path]:
-    wanted = os.environ.get("CI_SIZER_UI_SCREENSHOTS")
-    if wanted:
-        Path(wanted).mkdir(parents=True, exist_ok=True)
-        yield Path(wanted)
-        return
-    with tempfile.TemporaryDirectory(prefix="ci-sizer-shots-") as tmp:
-        yield Path(tmp)
 
 
 # --------------------------------------------------------------------------- the live server
@@ -171,30 +107,11 @@ def server(
     with live:
         LOGS[live.url] = tmp / "serve.log"
         seed(live.url)
-        _wait(lambda: _summarised(live.url, 4), "job summaries")
+        _wait(lambda: summarised(live.url, 4), "job summaries")
         yield live.url
     import asyncio
 
     asyncio.run(_clean(db_url))
-
-
-def _summarised(url: str, jobs: int) -> bool:
-    r = httpx.get(f"{url}/api/v1/jobs", headers={"authorization": f"Bearer {SECRETS['admin']}"})
-    return bool(r.status_code == 200 and r.json()["totals"]["summarised"] >= jobs)
-
-
-def _wait(check: Callable[[], T], what: str, timeout: float = 20) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            got = check()
-        except (NoSuchElementException, StaleElementReferenceException, AssertionError, KeyError):
-            got = None  # type: ignore[assignment]
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def sizing(url: str, j: dict[str, str]) -> dict[str, Any]:
@@ -211,44 +128,6 @@ def override(url: str, j: dict[str, str]) -> httpx.Response:
 
 
 # --------------------------------------------------------------------------- page helpers
-
-
-def open_page(d: WebDriver, url: str, secret: str) -> None:
-    """A fresh tab state: load the page, forget any token, paste ``secret``."""
-    d.get(f"{url}/ui/")
-    d.execute_script("sessionStorage.clear(); location.hash = '#fleet'")
-    d.refresh()
-    box = _wait(lambda: d.find_element(By.ID, "token"), "the token box")
-    box.send_keys(secret)
-    d.find_element(By.CSS_SELECTOR, "#token-form button").click()
-    _wait(lambda: d.find_element(By.CSS_SELECTOR, "#jobs-fragment section"), "the fleet view")
-
-
-def by(d: WebDriver | WebElement, css: str) -> WebElement:
-    return d.find_element(By.CSS_SELECTOR, css)
-
-
-def filter_jobs(d: WebDriver, **fields: str) -> list[WebElement]:
-    form = by(d, "#job-filter")
-    for name, value in fields.items():
-        el = form.find_element(By.NAME, name)
-        if el.tag_name == "select":
-            d.execute_script("arguments[0].value = arguments[1]", el, value)
-        else:
-            el.clear()
-            el.send_keys(value)
-    d.execute_script("arguments[0].dataset.old = '1'", by(d, "#jobs-fragment > section"))
-    form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    _wait(lambda: not d.find_elements(By.CSS_SELECTOR, "#jobs-fragment [data-old]"), "the filtered jobs")
-    return d.find_elements(By.CSS_SELECTOR, "#jobs-fragment tbody tr")
-
-
-def open_job(d: WebDriver, name: str) -> None:
-    rows = filter_jobs(d, q=name)
-    buttons = [b for r in rows for b in r.find_elements(By.CSS_SELECTOR, "[data-action=open-job]") if b.text == name]
-    assert len(buttons) == 1, [r.text for r in rows]
-    buttons[0].click()
-    _wait(lambda: by(d, "[data-testid=job-name]").text == name, f"the job view of {name}")
 
 
 def answer_cells(d: WebDriver) -> dict[str, dict[str, str]]:
@@ -307,12 +186,11 @@ def fetch_status(d: WebDriver, method: str, path: str, body: Any) -> int:
 # --------------------------------------------------------------------------- the tests
 
 
-def test_find_a_job_by_filter_and_read_its_answer(driver: WebDriver, server: str, screenshots: Path) -> None:
+def test_find_a_job_by_filter_and_read_its_answer(driver: WebDriver, server: str) -> None:
     open_page(driver, server, SECRETS["read"])
     totals = by(driver, "[data-testid=totals]").text
     assert "GiB-h" in totals
     assert "core-h" in totals
-    shot(driver, screenshots / "fleet.png")
     rows = filter_jobs(driver, q="test (3")
     assert [r.get_attribute("data-job") for r in rows] == ["test (3.12)"]
     open_job(driver, "test (3.12)")
@@ -332,10 +210,9 @@ def test_find_a_job_by_filter_and_read_its_answer(driver: WebDriver, server: str
     open_job(driver, "integration")
     assert len(driver.find_elements(By.CSS_SELECTOR, "[data-testid=plot] svg .marker")) == 3
     assert answer_cells(driver) == api_cells(sizing(server, OOMY))
-    shot(driver, screenshots / "job-oom.png")
 
 
-def test_job_override_changes_answer_and_resolution(driver: WebDriver, server: str, screenshots: Path) -> None:
+def test_job_override_changes_answer_and_resolution(driver: WebDriver, server: str) -> None:
     open_page(driver, server, SECRETS["admin"])
     open_job(driver, "build")
     before = answer_cells(driver)
@@ -350,10 +227,13 @@ def test_job_override_changes_answer_and_resolution(driver: WebDriver, server: s
     assert after["build"]["memory.limit"] == "3Gi"
     assert after == api_cells(sizing(server, BUILD))
     assert by(driver, "[data-testid=override-scope]").text == "job"
-    shot(driver, screenshots / "job.png")
     assert override(server, BUILD).status_code == 200
     delete = _wait(lambda: by(driver, "#job-override [data-action=delete-override]"), "the delete button")
     delete.click()
+    # a delete asks first (issue 34)
+    _wait(lambda: by(driver, "#job-override [data-action=confirm-delete]").is_displayed(), "the confirmation")
+    assert override(server, BUILD).status_code == 200
+    by(driver, "#job-override [data-action=confirm-delete]").click()
     _wait(lambda: resolution(driver)["memory.limit"][1] == "algorithm", "the pin gone from the resolution")
     assert answer_cells(driver) == before == api_cells(sizing(server, BUILD))
     assert override(server, BUILD).status_code == 404
@@ -481,14 +361,3 @@ def test_the_token_stays_out_of_urls_and_logs(driver: WebDriver, server: str) ->
     log = LOGS[server].read_text()
     assert "GET /ui/fragments/job" in log or "/ui/fragments/job" in log
     assert not [s for s in SECRETS.values() if s in log]
-
-
-def shot(d: WebDriver, path: Path) -> None:
-    """The whole page, top to bottom."""
-    d.execute_script("window.scrollTo(0, 0)")
-    height = d.execute_script("return document.documentElement.scrollHeight")
-    d.set_window_size(1400, min(max(int(height) + 40, 900), 3200))
-    try:
-        d.save_screenshot(str(path))
-    finally:
-        d.set_window_size(1400, 1000)

@@ -28,25 +28,39 @@ from .pg import PostgresServer
 BIG_PEAK = 5 << 40  # 5 TiB: past 32 bits, so a 32-bit column would fail
 
 
-#: tables later migrations add (0006: job_state, 0007: run_growths), absent at 0005
-LATER_TABLES = {"job_state", "run_growths"}
+#: what each migration after 0005 adds, absent before it: whole tables, and columns of older tables
+LATER_TABLES = {"0006": {"job_state"}, "0007": {"run_growths"}}
+LATER_COLUMNS = {"0008": {"job_summaries": {"risk", "containers"}}}
 
 
-def expected_metadata(*, at_head: bool = False) -> MetaData:
+def expected_metadata(*, at: str = "0005", at_head: bool = False) -> MetaData:
     """The tables as service/tables.py declares them (overrides.sizing_policy and fleet_priors included),
-    without those of later migrations unless ``at_head``."""
+    without what later migrations add (tables and columns past revision ``at``), unless ``at_head``."""
     assert "fleet_priors" in SQLModel.metadata.tables
     if at_head:
         return SQLModel.metadata
-    at_0005 = MetaData(naming_convention=SQLModel.metadata.naming_convention)
+    tables = {t for rev, names in LATER_TABLES.items() if rev > at for t in names}
+    columns: dict[str, set[str]] = {}
+    for rev, by_table in LATER_COLUMNS.items():
+        if rev > at:
+            for table, names in by_table.items():
+                columns.setdefault(table, set()).update(names)
+    metadata = MetaData(naming_convention=SQLModel.metadata.naming_convention)
     for name, table in SQLModel.metadata.tables.items():
-        if name not in LATER_TABLES:
-            table.to_metadata(at_0005)
-    return at_0005
+        if name not in tables:
+            copy = table.to_metadata(metadata)
+            for column in columns.get(name, ()):
+                copy._columns.remove(copy.c[column])
+    return metadata
 
 
 async def _inspect(
-    url: str, sql: str | None = None, params: dict[str, Any] | None = None, *, at_head: bool = False
+    url: str,
+    sql: str | None = None,
+    params: dict[str, Any] | None = None,
+    *,
+    at: str = "0005",
+    at_head: bool = False,
 ) -> dict[str, Any]:
     """Tables, columns, primary keys, the models-vs-database diff, and the rows ``sql`` selects."""
     engine = build_engine(url)
@@ -61,7 +75,8 @@ async def _inspect(
                     "columns": {t: {col["name"]: col for col in i.get_columns(t)} for t in tables},
                     "pk": {t: i.get_pk_constraint(t) for t in tables},
                     "diff": compare_metadata(
-                        MigrationContext.configure(c, opts={"compare_type": True}), expected_metadata(at_head=at_head)
+                        MigrationContext.configure(c, opts={"compare_type": True}),
+                        expected_metadata(at=at, at_head=at_head),
                     ),
                 }
 

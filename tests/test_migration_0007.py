@@ -39,7 +39,7 @@ def _round_trip(url: str) -> None:
     asyncio.run(_write(url, JOB, *RUNS))  # runs stored before 0007 exists
 
     migrations.upgrade(url, "0007")
-    found = asyncio.run(_inspect(url, at_head=True))
+    found = asyncio.run(_inspect(url, at="0007"))
     assert found["diff"] == [], f"migration 0007 and service/tables.py differ: {found['diff']}"
     assert {c: v["nullable"] for c, v in found["columns"]["run_growths"].items()} == {
         "id": False,

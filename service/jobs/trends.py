@@ -9,8 +9,9 @@ for (``risk``: kept below what it uses by a pin; or what it ran with is not repo
 here either. Retention keeps the newest ``--retention-runs`` runs per job, so a busy job's older days
 are incomplete.
 
-Growths (issue 40: a memory limit raised while the run ran, a kill avoided) are not stored yet:
-``SERIES`` names the series, and ``growths`` stays ``None`` on every day until runs record them.
+``growths`` counts the kills avoided (issue 40), as the job page's figure does (``growths/service.py``):
+runs that grew in place (a ``grown`` event), went past the limit they started with (a container's peak
+above its first event's ``from_bytes``), and had no container killed.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Float, and_, case, cast, func, literal, or_, select, true
+from sqlalchemy import Float, and_, case, cast, exists, func, literal, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.jobs.money import Prices
 from service.jobs.service import JobFilter, job_where
-from service.tables import Job, JobSummary, Run, RunContainer
+from service.tables import Job, JobSummary, Run, RunContainer, RunGrowth
 from service.wire import utcnow
 
 TREND_DAYS = 30
 GIB = float(1 << 30)
 
-#: the series a trend has, in the order shown: (key, label); ``growths`` has no data until issue 40
+#: the series a trend has, in the order shown: (key, label)
 SERIES = (
     ("runs", "runs"),
     ("oom_kills", "runs OOM-killed"),
@@ -46,6 +47,7 @@ _jobs = Job.__table__  # type: ignore[attr-defined]
 _summaries = JobSummary.__table__  # type: ignore[attr-defined]
 _runs = Run.__table__  # type: ignore[attr-defined]
 _containers = RunContainer.__table__  # type: ignore[attr-defined]
+_growths = RunGrowth.__table__  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -58,8 +60,8 @@ class Day:
     could_save_gib_hours: float = 0.0
     could_save_core_hours: float = 0.0
     could_save_money: float = 0.0
-    #: runs whose memory limit was raised while they ran (issue 40); None: not recorded
-    growths: int | None = None
+    #: kills avoided: runs grown in place past the limit they started with, and not killed (issue 40)
+    growths: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -91,14 +93,20 @@ async def trend(
     """One ``Day`` per day of the last ``days``, oldest first (days without runs included)."""
     today = (now or utcnow()).date()
     since = datetime.combine(today - timedelta(days=days - 1), datetime.min.time())
-    c = _containers.c
+    c, g = _containers.c, _growths.c
     killed = or_(c.oom_killed == true(), c.oom_kill_events > 0)
+    grown = exists().where(g.run_pk == c.run_pk, g.position == c.position, g.result == "grown")
+    past_first_limit = exists().where(
+        g.run_pk == c.run_pk, g.position == c.position, g.seq == 0, c.memory_peak_bytes > g.from_bytes
+    )
     per_run = (
         select(
             _runs.c.job_id,
             _runs.c.finished_at,
             _hours(conn.dialect.name, _runs.c.finished_at, _runs.c.started_at).label("hours"),
             func.max(case((killed, 1), else_=0)).label("killed"),
+            func.max(case((grown, 1), else_=0)).label("grew"),
+            func.max(case((past_first_limit, 1), else_=0)).label("past_first_limit"),
             func.count().label("containers"),
             func.count(c.memory_limit_bytes).label("limits"),
             func.count(c.cpu_request_millicores).label("requests"),
@@ -129,6 +137,7 @@ async def trend(
             day,
             func.count(),
             func.sum(r.killed),
+            func.sum(case((and_(r.grew == 1, r.past_first_limit == 1, r.killed == 0), 1), else_=0)),
             func.sum(case((full_memory, r.memory_limit / GIB * hours), else_=0.0)),
             func.sum(case((r.hours.is_not(None), r.memory_peak / GIB * hours), else_=0.0)),
             func.sum(mem_saving),
@@ -138,11 +147,11 @@ async def trend(
         .group_by(day)
     )
     out = {today - timedelta(days=k): Day(today - timedelta(days=k)) for k in range(days)}
-    for when, runs, kills, reserved, used, mem, cpu in await conn.execute(stmt):
+    for when, runs, kills, avoided, reserved, used, mem, cpu in await conn.execute(stmt):
         d = out.get(_day(when))
         if d is None:
             continue
-        d.runs, d.oom_kills = int(runs), int(kills or 0)
+        d.runs, d.oom_kills, d.growths = int(runs), int(kills or 0), int(avoided or 0)
         d.reserved_gib_hours = round(float(reserved or 0.0), 3)
         d.used_gib_hours = round(float(used or 0.0), 3)
         d.could_save_gib_hours = round(float(mem or 0.0), 3)

@@ -73,7 +73,8 @@ async def fleet(
 
 
 def trend_plot(days: list[trends.Day], currency: str) -> str | None:
-    """Per day: runs and OOM-killed runs; what the runs could have saved at today's answers (money)."""
+    """Per day: runs, OOM-killed runs and kills avoided by growth; what the runs could have saved at today's
+    answers (money)."""
     if not days or not any(d.runs for d in days):
         return None
     start = datetime.combine(days[0].day, midnight())
@@ -86,6 +87,7 @@ def trend_plot(days: list[trends.Day], currency: str) -> str | None:
         {
             "runs": [f"{d.day}: {d.runs} runs" for d in days],
             "OOM-killed": [f"{d.day}: {d.oom_kills} runs OOM-killed" for d in days],
+            "kills avoided": [f"{d.day}: {d.growths} kills avoided by growth" for d in days],
         },
         {"could save": [f"{d.day}: {d.could_save_money:,.2f} {currency}" for d in days]},
     ]
@@ -93,8 +95,12 @@ def trend_plot(days: list[trends.Day], currency: str) -> str | None:
         f"the last {len(days)} days ({label}, UTC), per day",
         [
             (
-                "runs, runs OOM-killed",
-                {"runs": [(x(d), d.runs) for d in days], "OOM-killed": [(x(d), d.oom_kills) for d in days]},
+                "runs, runs OOM-killed, kills avoided",
+                {
+                    "runs": [(x(d), d.runs) for d in days],
+                    "OOM-killed": [(x(d), d.oom_kills) for d in days],
+                    "kills avoided": [(x(d), d.growths) for d in days],
+                },
             ),
             (f"could save at today's answers ({currency})", {"could save": [(x(d), d.could_save_money) for d in days]}),
         ],
@@ -166,7 +172,6 @@ def trend_context(days: list[trends.Day], prices: Prices) -> dict[str, Any]:
         "days": list(reversed(days)),
         "trend_plot": trend_plot(days, prices.currency),
         "series": trends.SERIES,
-        "growths_recorded": any(d.growths is not None for d in days),
         "currency": prices.currency,
         "sums": {key: sum(getattr(d, key) or 0 for d in days) for key, _ in trends.SERIES},
     }

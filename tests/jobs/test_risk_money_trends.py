@@ -10,6 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from service.cli import build_parser
+from service.growths import service as growths_service
 from service.cli.common import CliError, settings_from
 from service.jobs import trends
 from service.jobs.money import DEFAULT_PRICE_PER_CORE_HOUR, DEFAULT_PRICE_PER_GIB_HOUR, MONTH_DAYS, Prices
@@ -217,8 +218,41 @@ async def test_trends_count_each_day_s_runs_kills_and_what_they_could_save(clien
     assert sum(d.could_save_gib_hours for d in build_days) == pytest.approx(4 * per_run, abs=0.01)
     assert sum(d.reserved_gib_hours for d in build_days) == pytest.approx(4 * 16, abs=0.01)
     assert sum(d.used_gib_hours for d in build_days) == pytest.approx(4 * 700 / 1024, abs=0.01)
-    assert all(d.growths is None for d in days)  # not recorded until issue 40
+    assert all(d.growths == 0 for d in days)  # no run grew
     assert not any(d.runs for d in nobody)  # a token for no org sees nothing
+
+
+async def test_trends_count_the_kills_growth_avoided_as_the_job_page_does(client: httpx.AsyncClient) -> None:
+    # issue 34's growths series (issue 40's events): a run grown in place past the limit it started with and
+    # not killed is a kill avoided; one grown within its first limit, or killed anyway (too_late), is not
+    now = utcnow()
+
+    def grown(n: int, *, peak: int, oom: bool = False, result: str = "grown") -> dict[str, Any]:
+        body = recent_run(n, job("grower"), mem=peak, limit=2 * GIB, oom=oom)
+        at = (now - timedelta(hours=n, minutes=10)).isoformat() + "Z"
+        body["containers"][0]["growths"] = [{"at": at, "from_bytes": GIB, "to_bytes": 2 * GIB, "result": result}]
+        return body
+
+    await post(
+        client,
+        grown(1, peak=GIB + 300 * MIB),  # avoided a kill
+        grown(2, peak=GIB + 500 * MIB),  # avoided a kill
+        grown(3, peak=900 * MIB),  # grew at the threshold, never past 1Gi: nothing avoided
+        grown(4, peak=2 * GIB, oom=True, result="too_late"),  # killed anyway
+        recent_run(5, job("grower"), mem=GIB, limit=2 * GIB),  # no growth
+    )
+    app = client.app  # type: ignore[attr-defined]
+    async with app.state.engine.connect() as conn:
+        days = await trends.trend(conn=conn, flt=JobFilter(job="grower"), orgs=None, prices=Prices(), now=now)
+        page = await growths_service.of_job(conn=conn, job_id=await _job_id(conn, "grower"), now=now)
+    assert sum(d.growths for d in days) == 2 == page.kills_avoided
+    assert sum(d.runs for d in days) == 5
+
+
+async def _job_id(conn: Any, name: str) -> int:
+    from sqlalchemy import text
+
+    return int((await conn.execute(text("SELECT id FROM jobs WHERE job = :j"), {"j": name})).scalar_one())
 
 
 async def test_trends_leave_out_a_job_kept_below_its_peak(client: httpx.AsyncClient) -> None:

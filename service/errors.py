@@ -81,6 +81,16 @@ class PayloadTooLarge(ServiceError):
     type_ = "https://ci-sizer.dev/problems/payload-too-large"
 
 
+class RequestTimeout(ServiceError):
+    status = 408
+    type_ = "https://ci-sizer.dev/problems/request-timeout"
+
+
+class UnsupportedMediaType(ServiceError):
+    status = 415
+    type_ = "https://ci-sizer.dev/problems/unsupported-media-type"
+
+
 class Unauthorized(ServiceError):
     status = 401
     type_ = "https://ci-sizer.dev/problems/unauthorized"
@@ -130,6 +140,13 @@ def problem_response(
         status_code=status,
         media_type=PROBLEM_JSON,
         headers=dict(headers or {}),
+    )
+
+
+def error_response(exc: ServiceError, instance: str) -> Response:
+    """The problem+json answer of a ``ServiceError`` (the handler's, and the front's before routing)."""
+    return problem_response(
+        exc.status, detail=exc.detail, type_=exc.type_, instance=instance, errors=exc.errors, headers=exc.headers
     )
 
 
@@ -205,14 +222,7 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, ServiceError)
         if isinstance(exc, Conflict) and request.url.path == "/api/v1/runs":
             RUNS_INGESTED.labels(result="conflict").inc()
-        return problem_response(
-            exc.status,
-            detail=exc.detail,
-            type_=exc.type_,
-            instance=request.url.path,
-            errors=exc.errors,
-            headers=exc.headers,
-        )
+        return error_response(exc, request.url.path)
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)

@@ -20,18 +20,27 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import __version__, analyses, core
-from service.auth import TokenStore, load_tokens
+from service.auth import TokenStore, authorize, load_tokens, principal_from
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
+from service.connections import Bounds
 from service.db import POOL_SIZE, build_engine, build_sessionmaker, is_local_postgres
-from service.errors import PayloadTooLarge, install_error_handlers, problem_response
+from service.errors import (
+    PayloadTooLarge,
+    RequestTimeout,
+    ServiceError,
+    UnsupportedMediaType,
+    error_response,
+    install_error_handlers,
+    problem_response,
+)
 from service.health import check_database
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
 from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability
-from service.paths import RawPathSegments
+from service.paths import API_PREFIX, RawPathSegments
 from service.pgpool import Pool
 from service.routers import api_router
 from service.runs import bodies
@@ -44,6 +53,7 @@ from service.sizing.fastpath import CachedSizing
 from service.sizing.service import Policy
 from service.sizing.state import StateRepair
 from service.ui.routes import router as ui_router
+from service.wire import is_json
 
 log = logging.getLogger("ci_sizer")
 
@@ -61,40 +71,67 @@ def check_exposure(settings: Settings, tokens: TokenStore) -> None:
 
 
 class BodySizeLimit:
-    """Answer 413 (problem+json) for a request body over ``max_bytes``, counting what is actually
-    sent, not only what ``Content-Length`` claims; nothing reaches a route."""
+    """The gate of request bodies (POST, PUT, PATCH), before anything reads them; nothing it refuses
+    reaches a route, and each refusal is problem+json:
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    - on the API, with tokens configured: 401 without a valid token, and for a run's POST 403 without
+      the ``ingest`` role, before a byte of the body is read or parsed (every API write needs a token);
+    - on the API: 415 for a body whose ``Content-Type`` is not JSON (``application/json`` or
+      ``application/<x>+json``; none at all is taken as JSON, as FastAPI does);
+    - 413 for a body over ``max_bytes``, counting what is actually sent, not only what
+      ``Content-Length`` claims;
+    - 408 for a body that does not arrive within ``body_timeout`` seconds (``ci-sizer serve``'s
+      protocol closes such a connection too, service/connections.py; this bounds the read under any
+      server). The common body, whole in its first message, arms no timer."""
+
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, *, tokens: TokenStore | None = None, body_timeout: float = 30.0
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.tokens = tokens if tokens is not None and tokens.enabled else None
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
+        declared = content_type = None
+        authorization = b""
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == b"content-type":
+                content_type = value
+            elif name == b"authorization" and not authorization:
+                authorization = value
+        path: str = scope["path"]
+        if path.startswith(API_PREFIX):
+            refused = self._refused(path, authorization, content_type)
+            if refused is not None:
+                await error_response(refused, path)(scope, _drain, send)
+                return
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._reject(scope, send)
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+        body = message.get("body", b"")
+        if message.get("more_body", False):
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    body = await self._rest(body, receive)
+            except TimeoutError:
+                detail = f"the request body did not arrive within {self.body_timeout:g}s"
+                await error_response(RequestTimeout(detail, headers={"Connection": "close"}), path)(scope, _drain, send)
                 return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await self._reject(scope, send)
+            if body is None:
                 return
-            chunks.append(body)
-            if not message.get("more_body", False):
-                break
-        buffered: Message = {
-            "type": "http.request",
-            "body": b"".join(chunks),
-            "more_body": False,
-        }
+        if len(body) > self.max_bytes:
+            await self._reject(scope, send)
+            return
+        buffered: Message = {"type": "http.request", "body": body, "more_body": False}
         sent = False
 
         async def replay() -> Message:
@@ -106,6 +143,41 @@ class BodySizeLimit:
 
         await self.app(scope, replay, send)
 
+    async def _rest(self, first: bytes, receive: Receive) -> bytes | None:
+        """The body from its first part on; None when the client went away. Stops reading past
+        ``max_bytes`` (the caller refuses it)."""
+        chunks = [first]
+        size = len(first)
+        while size <= self.max_bytes:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    def _refused(self, path: str, authorization: bytes, content_type: bytes | None) -> ServiceError | None:
+        if self.tokens is not None:
+            header = authorization.decode("latin-1")
+            try:
+                if path in INGEST_PATHS:
+                    authorize(self.tokens, header, "ingest")
+                else:
+                    principal_from(self.tokens, header)
+            except ServiceError as exc:
+                return exc
+        if content_type is not None and not is_json(content_type):
+            if path in INGEST_PATHS:
+                RUNS_INGESTED.labels(result="rejected").inc()
+            return UnsupportedMediaType(
+                "the request body must be JSON (Content-Type: application/json)",
+                errors=[{"field": "header/content-type", "message": "must be application/json"}],
+            )
+        return None
+
     async def _reject(self, scope: Scope, send: Send) -> None:
         if scope["path"].startswith("/api/v1/runs"):
             RUNS_INGESTED.labels(result="rejected").inc()
@@ -116,6 +188,10 @@ class BodySizeLimit:
             instance=scope["path"],
         )
         await response(scope, _drain, send)
+
+
+#: the paths of a run's POST, whose token needs the ``ingest`` role
+INGEST_PATHS = frozenset({"/api/v1/runs", "/api/v1/runs:batch"})
 
 
 async def _drain() -> Message:
@@ -235,6 +311,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.tokens = tokens
+    app.connection_bounds = Bounds.of(settings)
     app.state.fleet = FleetTracker()
     app.state.pruner = Pruner(settings.retention_runs)
     # a job under a steady stream of runs is summarised at most every 30 s (the jobs list, not the build path)
@@ -254,7 +331,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     inner = functools.partial(FastAPI.__call__, app)
     sizing = CachedSizing(inner, cache=app.state.answers, tokens=tokens, state=app.state)
     runs = FastRuns(sizing, tokens=tokens, state=app.state)
-    app.front = RawPathSegments(Observability(BodySizeLimit(runs, max_bytes=settings.max_body_bytes)))
+    gate = BodySizeLimit(runs, settings.max_body_bytes, tokens=tokens, body_timeout=settings.body_timeout_seconds)
+    app.front = RawPathSegments(Observability(gate))
     return app
 
 
@@ -268,6 +346,8 @@ class ServiceApp(FastAPI):
     is the same plain 500 from uvicorn as from FastAPI's error middleware."""
 
     front: ASGIApp | None = None
+    #: what ``ci-sizer serve``'s protocol bounds (service/connections.py reads it from the app it serves)
+    connection_bounds: Bounds | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.front is not None and scope["type"] == "http":

@@ -24,6 +24,13 @@ MAX_MEMORY_BYTES = 1 << 50  # 1 PiB: bounds inputs so the integer arithmetic nev
 MAX_CPU_MILLICORES = 1e9  # a million cores
 
 
+def is_json(content_type: bytes) -> bool:
+    """Whether a ``Content-Type`` value is JSON: ``application/json`` or ``application/<x>+json``,
+    parameters aside (what FastAPI parses as JSON)."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
 def utcnow() -> datetime:
     """Now, as the naive UTC datetime the tables store."""
     return datetime.now(UTC).replace(tzinfo=None)

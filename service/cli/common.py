@@ -32,6 +32,15 @@ FLAGS = {
     "sizing_deadline_ms": "--sizing-deadline-ms",
     "sizing_cache_entries": "--sizing-cache-entries",
     "runner_ceilings_file": "--runner-ceilings-file",
+    # connection and write bounds (service/cli/serve.py adds the flags)
+    "max_connections": "--max-connections",
+    "header_timeout_seconds": "--header-timeout-seconds",
+    "body_timeout_seconds": "--body-timeout-seconds",
+    "keep_alive_seconds": "--keep-alive-seconds",
+    "max_header_bytes": "--max-header-bytes",
+    "max_body_bytes": "--max-body-bytes",
+    "listen_backlog": "--listen-backlog",
+    "write_timeout_seconds": "--write-timeout-seconds",
 }
 
 

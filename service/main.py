@@ -40,7 +40,7 @@ from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
 from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability
-from service.paths import API_PREFIX, RawPathSegments
+from service.paths import API_PREFIX, RawPathSegments, invalid_input
 from service.pgpool import Pool
 from service.routers import api_router
 from service.runs import bodies
@@ -70,14 +70,19 @@ def check_exposure(settings: Settings, tokens: TokenStore) -> None:
         )
 
 
-class BodySizeLimit:
-    """The gate of request bodies (POST, PUT, PATCH), before anything reads them; nothing it refuses
-    reaches a route, and each refusal is problem+json:
+class Gate:
+    """What the front refuses before anything reads a request's input; nothing it refuses reaches a
+    route, and each refusal is problem+json:
+
+    - a path segment or a query value that no database could take (``paths.invalid_input``): 422
+      naming the parameter, never a database fault (a request without ``%`` costs nothing there);
+
+    and for request bodies (POST, PUT, PATCH):
 
     - on the API, with tokens configured: 401 without a valid token, and for a run's POST 403 without
       the ``ingest`` role, before a byte of the body is read or parsed (every API write needs a token);
     - on the API: 415 for a body whose ``Content-Type`` is not JSON (``application/json`` or
-      ``application/<x>+json``; none at all is taken as JSON, as FastAPI does);
+      ``application/<x>+json``), or that has none;
     - 413 for a body over ``max_bytes``, counting what is actually sent, not only what
       ``Content-Length`` claims;
     - 408 for a body that does not arrive within ``body_timeout`` seconds (``ci-sizer serve``'s
@@ -93,11 +98,20 @@ class BodySizeLimit:
         self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if b"%" in scope["query_string"] or b"%" in (scope.get("raw_path") or b""):
+            invalid = invalid_input(scope)
+            if invalid is not None:
+                await error_response(invalid, scope["path"])(scope, _drain, send)
+                return
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         declared = content_type = None
         authorization = b""
+        chunked = False
         for name, value in scope["headers"]:
             if name == b"content-length":
                 declared = value
@@ -105,8 +119,12 @@ class BodySizeLimit:
                 content_type = value
             elif name == b"authorization" and not authorization:
                 authorization = value
+            elif name == b"transfer-encoding":
+                chunked = True
         path: str = scope["path"]
         if path.startswith(API_PREFIX):
+            if content_type is None and (chunked or (declared is not None and declared != b"0")):
+                content_type = b""  # a body without a media type: not JSON either
             refused = self._refused(path, authorization, content_type)
             if refused is not None:
                 await error_response(refused, path)(scope, _drain, send)
@@ -331,7 +349,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     inner = functools.partial(FastAPI.__call__, app)
     sizing = CachedSizing(inner, cache=app.state.answers, tokens=tokens, state=app.state)
     runs = FastRuns(sizing, tokens=tokens, state=app.state)
-    gate = BodySizeLimit(runs, settings.max_body_bytes, tokens=tokens, body_timeout=settings.body_timeout_seconds)
+    gate = Gate(runs, settings.max_body_bytes, tokens=tokens, body_timeout=settings.body_timeout_seconds)
     app.front = RawPathSegments(Observability(gate))
     return app
 

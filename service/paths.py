@@ -13,14 +13,14 @@ decoding would have stored U+FFFD in their place.
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import unquote
+from urllib.parse import parse_qsl, unquote
 
 from fastapi import Depends, Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import InvalidInput
 from service.keys import ScopeKey
-from service.wire import NAME_MAX, name_problem
+from service.wire import NAME_MAX, name_problem, text_problem
 
 API_PREFIX = "/api/"
 
@@ -52,11 +52,60 @@ def segment(value: str, name: str) -> str:
     else:
         problem = name_problem(decoded)
     if problem is not None:
-        raise InvalidInput(
-            f"path segment {name!r} {problem}",
-            errors=[{"field": f"path/{name}", "message": problem}],
-        )
+        raise segment_error(name, problem)
     return decoded
+
+
+def segment_error(name: str | None, problem: str) -> InvalidInput:
+    if name is None:
+        return InvalidInput(f"a path segment {problem}", errors=[{"field": "path", "message": problem}])
+    return InvalidInput(f"path segment {name!r} {problem}", errors=[{"field": f"path/{name}", "message": problem}])
+
+
+def invalid_input(scope: Scope) -> InvalidInput | None:
+    """Why a request's path or query cannot be served, before anything reads the database with it: a
+    path segment that is no name (rule I3: control, bidirectional and invisible characters, undecodable
+    bytes), or a query value with a control character or undecodable bytes (PostgreSQL cannot store a
+    NUL, and neither database a lone surrogate). Such characters only arrive percent-encoded, so a
+    request without ``%`` costs nothing here. The error names the route's parameter."""
+    raw = scope.get("raw_path") or b""
+    if b"%" in raw:
+        # the API's path is rebuilt (RawPathSegments), with ``/`` and ``%`` still escaped; elsewhere the
+        # server's own decoding: either way a segment holds every other decoded character
+        for part in scope["path"].split("/"):
+            decoded = unquote(part, errors="surrogateescape") if "%" in part else part
+            problem = name_problem(decoded) if decoded else None
+            if problem is not None:
+                return segment_error(_parameter(scope, part), problem)
+    query: bytes = scope.get("query_string") or b""
+    if b"%" in query:
+        for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True, errors="surrogateescape"):
+            problem = text_problem(key) or text_problem(value)
+            if problem is not None:
+                shown = key.encode("utf-8", "backslashreplace").decode()
+                return InvalidInput(
+                    f"query parameter {shown!r} {problem}", errors=[{"field": f"query/{shown}", "message": problem}]
+                )
+    return None
+
+
+def _parameter(scope: Scope, part: str) -> str | None:
+    """The name of the route parameter that took this path segment, if a route matches."""
+    from starlette.routing import Match
+
+    from service.errors import flat_routes
+
+    app = scope.get("app")
+    router = getattr(app, "router", None)
+    if router is None:
+        return None
+    for route in flat_routes(router.routes):
+        match, child = route.matches(scope)
+        if match != Match.NONE:
+            for name, value in child.get("path_params", {}).items():
+                if value == part:
+                    return str(name)
+    return None
 
 
 Org = Annotated[str, Path(description="percent-encoded; %2F stands for a '/' inside the name")]

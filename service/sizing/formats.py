@@ -36,6 +36,7 @@ mode the CPU limit is advice, and a limit that is written is a limit that thrott
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -218,10 +219,23 @@ def _env_name(name: str) -> str:
     return cleaned or "CONTAINER"
 
 
+def env_names(names: Sequence[str]) -> list[str]:
+    """Each container's variable name: its name upper-cased, every run of other characters one ``_``.
+    Names that would share one (``a-b`` and ``a_b``, ``Build`` and ``build``) each get the first 8 hex
+    digits of their name's SHA-256 appended (``A_B_1F2E3D4C``), so no container takes another's sizes."""
+    plain = [_env_name(n) for n in names]
+    shared = {p for p in plain if plain.count(p) > 1}
+    return [
+        f"{p}_{hashlib.sha256(n.encode()).hexdigest()[:8].upper()}" if p in shared else p
+        for p, n in zip(plain, names, strict=True)
+    ]
+
+
 def dotenv(answer: Answer, mapping: Mapping | None = None) -> tuple[str, str]:
     lines = ["CI_SIZER_DEGRADED=true"] if _degraded(answer) else []
-    for c in answer.containers:
-        prefix = f"CI_SIZER_{_env_name('build' if c.name == UNSEEN else c.name)}"
+    names = env_names(["build" if c.name == UNSEEN else c.name for c in answer.containers])
+    for c, name in zip(answer.containers, names, strict=True):
+        prefix = f"CI_SIZER_{name}"
         lines += [
             f"{prefix}_CPU_REQUEST={c.cpu.request}",
             f"{prefix}_CPU_LIMIT={c.cpu.limit if c.cpu.enforced else ''}",

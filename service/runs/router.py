@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from service import changes, deps
@@ -64,10 +65,11 @@ class FastJsonRoute(AuthenticatedRoute):
             if body and reduce is not None and len(body) >= bodies.MIN_BYTES:
                 try:
                     reduced = await deps.bodies(request).run(reduce, body)
-                except Exception as exc:  # the worker died: parse on the loop, as for any body
+                except Exception as exc:  # the worker died twice: parse on the loop, as for any body
                     log.warning("large body not reduced in the worker: %s", type(exc).__name__)
-                    reduced = None
-                if reduced is not None:
+                else:
+                    if isinstance(reduced, bodies.Invalid):  # judged in the worker: nothing parsed here
+                        raise RequestValidationError(bodies.errors_of(reduced, ("body",)))
                     request._json = reduced
                     return await handler(request)
             if body:
@@ -177,11 +179,17 @@ async def post_runs_batch(
     block the others. Every run answered 201 is committed."""
     results: list[BatchItemPublic] = []
     for index, raw in enumerate(body.runs):
-        try:
-            run_body = RunCreate.model_validate(raw)
-        except ValidationError as exc:
+        invalid: bodies.Invalid | None = None
+        if isinstance(raw, bodies.Invalid):  # a large batch's run, judged in the worker (runs/bodies.py)
+            invalid = raw
+        else:
+            try:
+                run_body = RunCreate.model_validate(raw)
+            except ValidationError as exc:
+                invalid = bodies.invalid_of(exc)
+        if invalid is not None:
             RUNS_INGESTED.labels(result="rejected").inc()
-            errors = validation_errors([{**e, "loc": ("body", "runs", index, *e["loc"])} for e in exc.errors()])
+            errors = validation_errors(bodies.errors_of(invalid, ("body", "runs", index)))
             problem = _problem(422, InvalidInput.type_, errors=errors)
             results.append(BatchItemPublic(index=index, status=422, result="rejected", problem=problem))
             continue

@@ -24,21 +24,23 @@ from service.auth import TokenStore, authorize, load_tokens, principal_from
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
 from service.connections import Bounds
-from service.db import POOL_SIZE, build_engine, build_sessionmaker, is_local_postgres
+from service.db import POOL_SIZE, WRITES, UnitOfWork, build_engine, build_sessionmaker, in_background, is_local_postgres
 from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
     ServiceError,
+    Unavailable,
     UnsupportedMediaType,
     error_response,
     install_error_handlers,
+    loggable,
     problem_response,
 )
 from service.health import check_database
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
-from service.observability.metrics import RUNS_INGESTED, SIZING_DEADLINE, set_build_info
+from service.observability.metrics import DATABASE_ERRORS, RUNS_INGESTED, SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability
 from service.paths import API_PREFIX, RawPathSegments, invalid_input
 from service.pgpool import Pool
@@ -90,12 +92,19 @@ class Gate:
       server). The common body, whole in its first message, arms no timer."""
 
     def __init__(
-        self, app: ASGIApp, max_bytes: int, *, tokens: TokenStore | None = None, body_timeout: float = 30.0
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        *,
+        tokens: TokenStore | None = None,
+        body_timeout: float = 30.0,
+        write_timeout: float = 2.5,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.tokens = tokens if tokens is not None and tokens.enabled else None
         self.body_timeout = body_timeout
+        self.write_timeout = write_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -106,8 +115,12 @@ class Gate:
             if invalid is not None:
                 await error_response(invalid, scope["path"])(scope, _drain, send)
                 return
-        if scope["method"] not in ("POST", "PUT", "PATCH"):
-            await self.app(scope, receive, send)
+        method = scope["method"]
+        if method not in ("POST", "PUT", "PATCH"):
+            if method == "DELETE" and scope["path"].startswith(API_PREFIX):
+                await self._bounded(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         declared = content_type = None
         authorization = b""
@@ -159,7 +172,46 @@ class Gate:
                 return buffered
             return await receive()
 
-        await self.app(scope, replay, send)
+        if method == "POST" or not path.startswith(API_PREFIX):
+            await self.app(scope, replay, send)
+        else:
+            await self._bounded(scope, replay, send)
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An API write other than a POST (an override's PUT or DELETE) within the write timeout: past it,
+        503 with ``Retry-After`` at once, the connections of its units of work terminated (the server
+        rolls back what did not commit) and the request cancelled, winding down in the background. (A
+        run's POST bounds each run's commit itself, ``runs/router.py``; a batch may take longer.)"""
+        units: list[UnitOfWork] = []
+        scope[WRITES] = units
+        started = given_up = False
+
+        async def guarded(message: Message) -> None:
+            nonlocal started
+            if given_up:
+                return
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        task = asyncio.ensure_future(self.app(scope, receive, guarded))
+        try:
+            done, _ = await asyncio.wait({task}, timeout=self.write_timeout)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        if done or started:  # answered, or the answer is on its way (the database work is done)
+            await task
+            return
+        given_up = True
+        for uow in units:
+            uow.terminate()
+        task.cancel()
+        in_background(task)
+        DATABASE_ERRORS.inc()
+        log.warning("a write did not finish within %gs: %s", self.write_timeout, loggable(scope["path"]))
+        detail = f"the database did not answer the write within {self.write_timeout:g}s; retry"
+        await error_response(Unavailable(detail, headers={"Retry-After": "2"}), scope["path"])(scope, _drain, send)
 
     async def _rest(self, first: bytes, receive: Receive) -> bytes | None:
         """The body from its first part on; None when the client went away. Stops reading past
@@ -349,7 +401,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     inner = functools.partial(FastAPI.__call__, app)
     sizing = CachedSizing(inner, cache=app.state.answers, tokens=tokens, state=app.state)
     runs = FastRuns(sizing, tokens=tokens, state=app.state)
-    gate = Gate(runs, settings.max_body_bytes, tokens=tokens, body_timeout=settings.body_timeout_seconds)
+    gate = Gate(
+        runs,
+        settings.max_body_bytes,
+        tokens=tokens,
+        body_timeout=settings.body_timeout_seconds,
+        write_timeout=settings.write_timeout,
+    )
     app.front = RawPathSegments(Observability(gate))
     return app
 

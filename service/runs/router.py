@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
@@ -18,7 +17,7 @@ from pydantic import ValidationError
 
 from service import changes, deps
 from service.auth import AuthenticatedRoute, IngestPrincipal
-from service.db import UnitOfWork, WriteUnitOfWorkDep
+from service.db import UnitOfWork, WriteUnitOfWorkDep, bounded_write
 from service.deps import AnswersDep, JobIdsDep, PrunerDep, SettingsDep, SummariesDep
 from service.errors import (
     BadRequest,
@@ -109,7 +108,7 @@ def _time_errors(settings: Settings, body: RunCreate, where: str) -> list[dict[s
 
 
 async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
-    """Ingest and commit one run within the ingest timeout. Only a committed run is answered
+    """Ingest and commit one run within the write timeout. Only a committed run is answered
     201; a database that is down or too slow is a 503 to retry (a retry of a run that did commit
     is answered 200, rule I4)."""
     settings = app.settings
@@ -127,10 +126,10 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
         return done
 
     try:
-        done = await asyncio.wait_for(work(), settings.ingest_timeout_seconds)
+        done = await bounded_write(uow, settings.write_timeout, work())
     except TimeoutError:
         raise Unavailable(
-            f"the database did not commit the run within {settings.ingest_timeout_seconds:g}s; retry",
+            f"the database did not commit the run within {settings.write_timeout:g}s; retry",
             headers={"Retry-After": "2"},
         ) from None
     RUNS_INGESTED.labels(result=done.run.result).inc()

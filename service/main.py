@@ -24,7 +24,16 @@ from service.auth import TokenStore, authorize, load_tokens, principal_from
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
 from service.connections import Bounds
-from service.db import POOL_SIZE, WRITES, UnitOfWork, build_engine, build_sessionmaker, in_background, is_local_postgres
+from service.db import (
+    POOL_SIZE,
+    SESSION_SETTINGS,
+    WRITES,
+    UnitOfWork,
+    build_engine,
+    build_sessionmaker,
+    in_background,
+    is_local_postgres,
+)
 from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
@@ -441,7 +450,7 @@ def lean_pool(settings: Settings) -> Pool:
     # ends a statement nobody waits for any more
     timeout_ms = str(int(settings.database_statement_timeout_seconds * 1000))
     kwargs: dict[str, Any] = {
-        "server_settings": {"plan_cache_mode": "force_generic_plan", "statement_timeout": timeout_ms},
+        "server_settings": {**SESSION_SETTINGS, "statement_timeout": timeout_ms},
     }
     if is_local_postgres(settings.database_url):
         kwargs["ssl"] = False

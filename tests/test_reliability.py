@@ -420,6 +420,47 @@ async def _insert_runs(url: str, job_id: int, prefix: str, count: int) -> None:
         )
 
 
+# --------------------------------------------------------------------------- PostgreSQL JIT
+
+
+def _jit_in(plan: Any) -> bool:
+    """Whether an ``EXPLAIN (ANALYZE, FORMAT JSON)`` result (text or parsed) shows JIT compilation."""
+    parsed = orjson.loads(plan) if isinstance(plan, str | bytes) else plan
+    return "JIT" in parsed[0]
+
+
+async def test_postgresql_never_jit_compiles_the_service_statements(make_client: Any, db_url: str) -> None:
+    # issue 33, minor 4: with generic plans on tables never analyzed, the route's rebuild of a job's
+    # build-path state was JIT-compiled at every execution (250-440 ms a run). Compiling is forced here
+    # (jit_above_cost 0, this connection only) to show that the service's sessions never compile.
+    if not db_url.startswith("postgresql"):
+        pytest.skip("JIT is PostgreSQL's")
+    from service.sizing.state import _REBUILD
+
+    async with make_client() as client:
+        await post_runs(client, run(1))
+        app = client.app  # type: ignore[attr-defined]
+        explain = text("EXPLAIN (ANALYZE, FORMAT JSON) " + str(_REBUILD))
+        async with app.state.engine.connect() as conn:
+            assert (await conn.execute(text("SHOW jit"))).scalar_one() == "off"
+            await conn.execute(text("SET jit_above_cost = 0"))
+            plan = (await conn.execute(explain, {"ids": [1]})).scalar_one()
+            assert not _jit_in(plan)
+            await conn.rollback()
+        async with app.state.pgpool.acquire() as raw:  # the build path's own connections
+            assert await raw.fetchval("SHOW jit") == "off"
+        # the same statement on a connection with the server's defaults is compiled: the check can fail
+        u = make_url(db_url)
+        plain = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+        try:
+            await plain.execute("SET jit_above_cost = 0")
+            if await plain.fetchval("SHOW jit") == "on":
+                sql = str(_REBUILD).replace(":ids", "$1")
+                assert _jit_in(await plain.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, [1]))
+        finally:
+            await plain.close()
+
+
 # --------------------------------------------------------------------------- real processes, PostgreSQL
 
 

@@ -17,41 +17,23 @@ from fastapi import FastAPI
 from prometheus_client import multiprocess
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__, analyses, core
-from service.auth import TokenStore, authorize, load_tokens, principal_from
+from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
 from service.connections import Bounds
-from service.db import (
-    POOL_SIZE,
-    SESSION_SETTINGS,
-    WRITES,
-    UnitOfWork,
-    build_engine,
-    build_sessionmaker,
-    in_background,
-    is_local_postgres,
-)
-from service.errors import (
-    PayloadTooLarge,
-    RequestTimeout,
-    ServiceError,
-    Unavailable,
-    UnsupportedMediaType,
-    error_response,
-    install_error_handlers,
-    loggable,
-    problem_response,
-)
+from service.db import POOL_SIZE, SESSION_SETTINGS, build_engine, build_sessionmaker, is_local_postgres
+from service.errors import install_error_handlers
+from service.gate import Gate
 from service.health import check_database
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
-from service.observability.metrics import DATABASE_ERRORS, RUNS_INGESTED, SIZING_DEADLINE, set_build_info
+from service.observability.metrics import SIZING_DEADLINE, set_build_info
 from service.observability.middleware import Observability
-from service.paths import API_PREFIX, RawPathSegments, invalid_input
+from service.paths import RawPathSegments
 from service.pgpool import Pool
 from service.routers import api_router
 from service.runs import bodies
@@ -64,7 +46,6 @@ from service.sizing.fastpath import CachedSizing
 from service.sizing.service import Policy
 from service.sizing.state import StateRepair
 from service.ui.routes import router as ui_router
-from service.wire import is_json
 
 log = logging.getLogger("ci_sizer")
 
@@ -79,202 +60,6 @@ def check_exposure(settings: Settings, tokens: TokenStore) -> None:
             f"no tokens are configured (CI_SIZER_TOKENS_FILE) and --host {settings.host} is not a loopback "
             "address; configure tokens or pass --allow-anonymous"
         )
-
-
-class Gate:
-    """What the front refuses before anything reads a request's input; nothing it refuses reaches a
-    route, and each refusal is problem+json:
-
-    - a path segment or a query value that no database could take (``paths.invalid_input``): 422
-      naming the parameter, never a database fault (a request without ``%`` costs nothing there);
-
-    and for request bodies (POST, PUT, PATCH):
-
-    - on the API, with tokens configured: 401 without a valid token, and for a run's POST 403 without
-      the ``ingest`` role, before a byte of the body is read or parsed (every API write needs a token);
-    - on the API: 415 for a body whose ``Content-Type`` is not JSON (``application/json`` or
-      ``application/<x>+json``), or that has none;
-    - 413 for a body over ``max_bytes``, counting what is actually sent, not only what
-      ``Content-Length`` claims;
-    - 408 for a body that does not arrive within ``body_timeout`` seconds (``ci-sizer serve``'s
-      protocol closes such a connection too, service/connections.py; this bounds the read under any
-      server). The common body, whole in its first message, arms no timer."""
-
-    def __init__(
-        self,
-        app: ASGIApp,
-        max_bytes: int,
-        *,
-        tokens: TokenStore | None = None,
-        body_timeout: float = 30.0,
-        write_timeout: float = 2.5,
-    ) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-        self.tokens = tokens if tokens is not None and tokens.enabled else None
-        self.body_timeout = body_timeout
-        self.write_timeout = write_timeout
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        if b"%" in scope["query_string"] or b"%" in (scope.get("raw_path") or b""):
-            invalid = invalid_input(scope)
-            if invalid is not None:
-                await error_response(invalid, scope["path"])(scope, _drain, send)
-                return
-        method = scope["method"]
-        if method not in ("POST", "PUT", "PATCH"):
-            if method == "DELETE" and scope["path"].startswith(API_PREFIX):
-                await self._bounded(scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
-            return
-        declared = content_type = None
-        authorization = b""
-        chunked = False
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                declared = value
-            elif name == b"content-type":
-                content_type = value
-            elif name == b"authorization" and not authorization:
-                authorization = value
-            elif name == b"transfer-encoding":
-                chunked = True
-        path: str = scope["path"]
-        if path.startswith(API_PREFIX):
-            if content_type is None and (chunked or (declared is not None and declared != b"0")):
-                content_type = b""  # a body without a media type: not JSON either
-            refused = self._refused(path, authorization, content_type)
-            if refused is not None:
-                await error_response(refused, path)(scope, _drain, send)
-                return
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(scope, send)
-            return
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        body = message.get("body", b"")
-        if message.get("more_body", False):
-            try:
-                async with asyncio.timeout(self.body_timeout):
-                    body = await self._rest(body, receive)
-            except TimeoutError:
-                detail = f"the request body did not arrive within {self.body_timeout:g}s"
-                await error_response(RequestTimeout(detail, headers={"Connection": "close"}), path)(scope, _drain, send)
-                return
-            if body is None:
-                return
-        if len(body) > self.max_bytes:
-            await self._reject(scope, send)
-            return
-        buffered: Message = {"type": "http.request", "body": body, "more_body": False}
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return buffered
-            return await receive()
-
-        if method == "POST" or not path.startswith(API_PREFIX):
-            await self.app(scope, replay, send)
-        else:
-            await self._bounded(scope, replay, send)
-
-    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """An API write other than a POST (an override's PUT or DELETE) within the write timeout: past it,
-        503 with ``Retry-After`` at once, the connections of its units of work terminated (the server
-        rolls back what did not commit) and the request cancelled, winding down in the background. (A
-        run's POST bounds each run's commit itself, ``runs/router.py``; a batch may take longer.)"""
-        units: list[UnitOfWork] = []
-        scope[WRITES] = units
-        started = given_up = False
-
-        async def guarded(message: Message) -> None:
-            nonlocal started
-            if given_up:
-                return
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        task = asyncio.ensure_future(self.app(scope, receive, guarded))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=self.write_timeout)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if done or started:  # answered, or the answer is on its way (the database work is done)
-            await task
-            return
-        given_up = True
-        for uow in units:
-            uow.terminate()
-        task.cancel()
-        in_background(task)
-        DATABASE_ERRORS.inc()
-        log.warning("a write did not finish within %gs: %s", self.write_timeout, loggable(scope["path"]))
-        detail = f"the database did not answer the write within {self.write_timeout:g}s; retry"
-        await error_response(Unavailable(detail, headers={"Retry-After": "2"}), scope["path"])(scope, _drain, send)
-
-    async def _rest(self, first: bytes, receive: Receive) -> bytes | None:
-        """The body from its first part on; None when the client went away. Stops reading past
-        ``max_bytes`` (the caller refuses it)."""
-        chunks = [first]
-        size = len(first)
-        while size <= self.max_bytes:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            chunks.append(chunk)
-            size += len(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(chunks)
-
-    def _refused(self, path: str, authorization: bytes, content_type: bytes | None) -> ServiceError | None:
-        if self.tokens is not None:
-            header = authorization.decode("latin-1")
-            try:
-                if path in INGEST_PATHS:
-                    authorize(self.tokens, header, "ingest")
-                else:
-                    principal_from(self.tokens, header)
-            except ServiceError as exc:
-                return exc
-        if content_type is not None and not is_json(content_type):
-            if path in INGEST_PATHS:
-                RUNS_INGESTED.labels(result="rejected").inc()
-            return UnsupportedMediaType(
-                "the request body must be JSON (Content-Type: application/json)",
-                errors=[{"field": "header/content-type", "message": "must be application/json"}],
-            )
-        return None
-
-    async def _reject(self, scope: Scope, send: Send) -> None:
-        if scope["path"].startswith("/api/v1/runs"):
-            RUNS_INGESTED.labels(result="rejected").inc()
-        response = problem_response(
-            413,
-            detail=f"the request body exceeds {self.max_bytes} bytes",
-            type_=PayloadTooLarge.type_,
-            instance=scope["path"],
-        )
-        await response(scope, _drain, send)
-
-
-#: the paths of a run's POST, whose token needs the ``ingest`` role
-INGEST_PATHS = frozenset({"/api/v1/runs", "/api/v1/runs:batch"})
-
-
-async def _drain() -> Message:
-    return {"type": "http.disconnect"}
 
 
 def redacted(database_url: str) -> str:

@@ -25,8 +25,10 @@ from service.errors import (
     Forbidden,
     InvalidInput,
     PayloadTooLarge,
+    RequestTimeout,
     Unauthorized,
     Unavailable,
+    UnsupportedMediaType,
     problem_responses,
     validation_errors,
 )
@@ -144,7 +146,17 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     status_code=201,
     responses={
         200: {"model": RunPublic, "description": "the same run was already stored; nothing new was stored"},
-        **problem_responses(BadRequest, Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+        **problem_responses(
+            BadRequest,
+            Conflict,
+            InvalidInput,
+            PayloadTooLarge,
+            UnsupportedMediaType,
+            RequestTimeout,
+            Unauthorized,
+            Forbidden,
+            Unavailable,
+        ),
     },
 )
 async def post_run(
@@ -169,7 +181,16 @@ def _problem(status: int, type_: str, **fields: Any) -> dict[str, Any]:
 @router.post(
     "/runs:batch",
     response_model=RunsBatchPublic,
-    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+    responses=problem_responses(
+        BadRequest,
+        InvalidInput,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RequestTimeout,
+        Unauthorized,
+        Forbidden,
+        Unavailable,
+    ),
 )
 async def post_runs_batch(
     body: RunsBatchCreate, uow: WriteUnitOfWorkDep, app: IngestDep, principal: IngestPrincipal

@@ -42,6 +42,10 @@ class Gate:
       ``application/<x>+json``), or that has none;
     - 413 for a body over ``max_bytes``, counting what is actually sent, not only what
       ``Content-Length`` claims;
+    - 503 with ``Retry-After`` for a large body (more than one part) while the ones held already and
+      this one would pass ``max_in_flight`` bytes, before it is read: each is held in memory two or
+      three times over until it is answered, and ten 10 MB uploads at once would pass the memory
+      limit of the Deployment (a body alone is always taken);
     - 408 for a body that does not arrive within ``body_timeout`` seconds (``ci-sizer serve``'s
       protocol closes such a connection too, service/connections.py; this bounds the read under any
       server). The common body, whole in its first message, arms no timer;
@@ -57,12 +61,16 @@ class Gate:
         tokens: TokenStore | None = None,
         body_timeout: float = 30.0,
         write_timeout: float = 2.5,
+        max_in_flight: int = 64 << 20,
     ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.tokens = tokens if tokens is not None and tokens.enabled else None
         self.body_timeout = body_timeout
         self.write_timeout = write_timeout
+        self.max_in_flight = max_in_flight
+        #: bytes of large request bodies held now (read, or being read, and not yet answered)
+        self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -107,16 +115,33 @@ class Gate:
         if message["type"] == "http.disconnect":
             return
         body = message.get("body", b"")
-        if message.get("more_body", False):
+        held = 0
+        if message.get("more_body", False):  # a body of more than one part: a large one, held in memory
+            held = int(declared) if declared is not None and declared.isdigit() else self.max_bytes
+            if self.in_flight and self.in_flight + held > self.max_in_flight:
+                detail = f"the server holds its limit of {self.max_in_flight} bytes of request bodies; retry"
+                await error_response(Unavailable(detail, headers={"Retry-After": "2"}), path)(scope, _drain, send)
+                return
+            self.in_flight += held
+        try:
+            await self._forward(scope, receive, send, body, message.get("more_body", False))
+        finally:
+            self.in_flight -= held
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, body: bytes, more: bool) -> None:
+        """The rest of the body within the body timeout, then the app with the whole body replayed."""
+        path: str = scope["path"]
+        if more:
             try:
                 async with asyncio.timeout(self.body_timeout):
-                    body = await self._rest(body, receive)
+                    rest = await self._rest(body, receive)
             except TimeoutError:
                 detail = f"the request body did not arrive within {self.body_timeout:g}s"
                 await error_response(RequestTimeout(detail, headers={"Connection": "close"}), path)(scope, _drain, send)
                 return
-            if body is None:
+            if rest is None:
                 return
+            body = rest
         if len(body) > self.max_bytes:
             await self._reject(scope, send)
             return
@@ -130,7 +155,7 @@ class Gate:
                 return buffered
             return await receive()
 
-        if method == "POST" or not path.startswith(API_PREFIX):
+        if scope["method"] == "POST" or not path.startswith(API_PREFIX):
             await self.app(scope, replay, send)
         else:
             await self._bounded(scope, replay, send)

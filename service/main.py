@@ -201,6 +201,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         tokens=tokens,
         body_timeout=settings.body_timeout_seconds,
         write_timeout=settings.write_timeout,
+        max_in_flight=settings.max_body_bytes_in_flight,
     )
     app.front = RawPathSegments(Observability(gate))
     return app

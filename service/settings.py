@@ -66,7 +66,12 @@ class Settings(BaseSettings):
     tokens_file: Path | None = None
     runner_ceilings_file: Path | None = None
     allow_anonymous: bool = False
-    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="a request body, in bytes (then 413)")
+    max_body_bytes_in_flight: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="large request bodies held at once, in bytes per worker (then 503 before reading another)",
+    )
     workers: int = Field(default=1, ge=1, le=64)
     fleet_flush_seconds: float = Field(default=10.0, gt=0)
     sizing_deadline_ms: int = Field(default=250, ge=1, le=60_000, description="fail-open deadline of GET sizing")

@@ -39,6 +39,7 @@ FLAGS = {
     "keep_alive_seconds": "--keep-alive-seconds",
     "max_header_bytes": "--max-header-bytes",
     "max_body_bytes": "--max-body-bytes",
+    "max_body_bytes_in_flight": "--max-body-bytes-in-flight",
     "listen_backlog": "--listen-backlog",
     "write_timeout_seconds": "--write-timeout-seconds",
 }

@@ -24,6 +24,7 @@ def add_bound_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-alive-seconds", help="idle time between two requests on a connection (default 5)")
     p.add_argument("--max-header-bytes", help="request line and headers, 431 past it (default 16384)")
     p.add_argument("--max-body-bytes", help="request body, 413 past it (default 10485760)")
+    p.add_argument("--max-body-bytes-in-flight", help="large bodies held at once, 503 past it (default 67108864)")
     p.add_argument("--listen-backlog", help="connections queued by the kernel for accept (default 256)")
     p.add_argument("--write-timeout-seconds", help="bound on a write, 503 past it (default 2.5)")
 

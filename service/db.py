@@ -168,18 +168,24 @@ def _forget(task: asyncio.Task[Any]) -> None:
         task.exception()  # retrieved: a fault after the deadline is not worth a warning
 
 
+async def finished_within(task: asyncio.Future[Any], seconds: float) -> bool:
+    """Whether ``task`` finished within ``seconds`` (never waiting for it past them); it is cancelled
+    with the caller."""
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    return bool(done)
+
+
 async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:
     """``await work``, or raise ``TimeoutError`` at ``seconds``, however long ``work`` then takes
     to give up. (``asyncio.wait_for`` waits for the cancelled work to finish: a read on a
     connection whose server hangs then rolls back on that connection, and the answer came seconds
     after its deadline.) The work is cancelled and finishes in the background."""
     task = asyncio.ensure_future(work)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if not done:
+    if not await finished_within(task, seconds):
         task.cancel()
         _abandoned.add(task)
         task.add_done_callback(_forget)
@@ -257,12 +263,7 @@ async def bounded_write(uow: UnitOfWork, seconds: float, work: Coroutine[Any, An
     ``asyncio.wait_for`` it replaces waited for the cancelled work's rollback, on a connection whose
     server does not answer: the answer came after the statement timeout.)"""
     task = asyncio.ensure_future(work)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if done:
+    if await finished_within(task, seconds):
         return task.result()
     uow.terminate()
     task.cancel()

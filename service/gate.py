@@ -9,7 +9,7 @@ import logging
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import TokenStore, authorize, principal_from
-from service.db import WRITES, UnitOfWork, in_background
+from service.db import WRITES, UnitOfWork, finished_within, in_background
 from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
@@ -178,12 +178,9 @@ class Gate:
             await send(message)
 
         task = asyncio.ensure_future(self.app(scope, receive, guarded))
-        try:
-            done, _ = await asyncio.wait({task}, timeout=self.write_timeout)
-        except asyncio.CancelledError:
-            task.cancel()
-            raise
-        if done or started:  # answered, or the answer is on its way (the database work is done)
+        if (
+            await finished_within(task, self.write_timeout) or started
+        ):  # answered, or the answer is on its way (the database work is done)
             await task
             return
         given_up = True

@@ -83,6 +83,18 @@ class FastJsonRoute(AuthenticatedRoute):
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], route_class=FastJsonRoute)
 
+#: what both POSTs may answer besides their own (the front answers 401/403, 413, 415 and 408 before them)
+_ERRORS = (
+    BadRequest,
+    InvalidInput,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RequestTimeout,
+    Unauthorized,
+    Forbidden,
+    Unavailable,
+)
+
 
 @dataclass(frozen=True)
 class Ingest:
@@ -146,17 +158,7 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     status_code=201,
     responses={
         200: {"model": RunPublic, "description": "the same run was already stored; nothing new was stored"},
-        **problem_responses(
-            BadRequest,
-            Conflict,
-            InvalidInput,
-            PayloadTooLarge,
-            UnsupportedMediaType,
-            RequestTimeout,
-            Unauthorized,
-            Forbidden,
-            Unavailable,
-        ),
+        **problem_responses(Conflict, *_ERRORS),
     },
 )
 async def post_run(
@@ -181,16 +183,7 @@ def _problem(status: int, type_: str, **fields: Any) -> dict[str, Any]:
 @router.post(
     "/runs:batch",
     response_model=RunsBatchPublic,
-    responses=problem_responses(
-        BadRequest,
-        InvalidInput,
-        PayloadTooLarge,
-        UnsupportedMediaType,
-        RequestTimeout,
-        Unauthorized,
-        Forbidden,
-        Unavailable,
-    ),
+    responses=problem_responses(*_ERRORS),
 )
 async def post_runs_batch(
     body: RunsBatchCreate, uow: WriteUnitOfWorkDep, app: IngestDep, principal: IngestPrincipal

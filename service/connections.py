@@ -296,7 +296,13 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if self.overflowing and self.cycle is not None:
             self.cycle.keep_alive = False  # the probe's connection goes with its answer
 
+    def on_body(self, body: bytes) -> None:
+        if self.cycle is not None:  # None: a head refused past the bound, whose connection is closing
+            super().on_body(body)
+
     def on_message_complete(self) -> None:
+        if self.cycle is None:
+            return
         self.head_left = self.registry.bounds.max_header_bytes
         self.registry.waiting.pop(self, None)
         if self.cycle is not None and self.cycle.response_complete:

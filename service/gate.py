@@ -8,7 +8,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import TokenStore, authorize, principal_from
+from service.auth import Role, TokenStore, authorize, principal_from, required_role
 from service.db import WRITES, UnitOfWork, finished_within, in_background
 from service.errors import (
     PayloadTooLarge,
@@ -77,9 +77,15 @@ class Gate:
             await self.app(scope, receive, send)
             return
         if b"%" in scope["query_string"] or b"%" in (scope.get("raw_path") or b""):
-            invalid = invalid_input(scope)
-            if invalid is not None:
-                await error_response(invalid, scope["path"])(scope, _drain, send)
+            found = invalid_input(scope)
+            if found is not None:
+                # the caller learns first that it is not authenticated or lacks the route's role, as a
+                # route tells it (AuthenticatedRoute), and only then what is wrong with its input
+                invalid, route = found
+                refused = (
+                    self._unauthorized(scope, required_role(route.dependant)) if hasattr(route, "dependant") else None
+                )
+                await error_response(refused or invalid, scope["path"])(scope, _drain, send)
                 return
         method = scope["method"]
         if method not in ("POST", "PUT", "PATCH"):
@@ -208,6 +214,17 @@ class Gate:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+    def _unauthorized(self, scope: Scope, role: Role | None) -> ServiceError | None:
+        """Why the caller may not use a route that needs ``role`` (none: any caller may)."""
+        if self.tokens is None or role is None:
+            return None
+        header = next((v for n, v in scope["headers"] if n == b"authorization"), b"").decode("latin-1")
+        try:
+            authorize(self.tokens, header, role)
+        except ServiceError as exc:
+            return exc
+        return None
 
     def _refused(self, path: str, authorization: bytes, content_type: bytes | None) -> ServiceError | None:
         if self.tokens is not None:

@@ -16,6 +16,7 @@ loop. A socket the server closes is opened again, as an attacker would.
 
     python bench/attack.py                       # this checkout
     python bench/attack.py --checkout /work/main # another one, for a before/after (same interpreter)
+    python bench/attack.py --overhead            # the bounds' own cost per request, on the bare app
 """
 
 from __future__ import annotations
@@ -288,6 +289,66 @@ def measure(checkout: Path, nofile: int, name: str, seconds: float) -> dict[str,
     }
 
 
+# --------------------------------------------------------------------------- the bounds' own cost
+
+_BARE = """
+import sys
+sys.path[0] = sys.argv[3]
+import uvicorn
+from bench.bare_app import app
+from service.connections import BoundedHttpToolsProtocol
+http = BoundedHttpToolsProtocol if sys.argv[2] == "bounded" else "httptools"
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning", access_log=False, loop="uvloop",
+            http=http)
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def protocol_cost(kind: str, seconds: float) -> tuple[float, float]:
+    """(requests per second, server CPU microseconds per request) of the bare app under ``kind``."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-c", _BARE, str(port), kind, str(ROOT)])
+    try:
+        deadline = time.monotonic() + 30
+        while request(port, "/healthz", timeout=1)[0] != 200:
+            if time.monotonic() > deadline:
+                raise SystemExit("the bare app did not start")
+            time.sleep(0.1)
+        before = _cpu_seconds(proc.pid)
+        out = subprocess.run(
+            ["wrk", "-t1", "-c32", f"-d{seconds:g}s", f"http://127.0.0.1:{port}/healthz"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        used = _cpu_seconds(proc.pid) - before
+    finally:
+        proc.terminate()
+        proc.wait()
+    count = int(out.split(" requests in ")[0].split()[-1])
+    return count / seconds, used / count * 1e6
+
+
+def overhead(rounds: int, seconds: float) -> None:
+    """The bounded protocol's cost per request: the bare app of bench/mixed.py (bench/bare_app.py) under
+    uvicorn's httptools protocol and under the bounded one, in alternating rounds; the server's CPU per
+    request is steadier than requests per second on a shared machine."""
+    figures: dict[str, list[tuple[float, float]]] = {"httptools": [], "bounded": []}
+    for _ in range(rounds):
+        for kind in figures:
+            figures[kind].append(protocol_cost(kind, seconds))
+    print(f"GET /healthz of the bare app, wrk -t1 -c32 keep-alive, {seconds:g} s a round, median of {rounds}")
+    for kind, runs in figures.items():
+        rps = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        print(f"{kind:<10} {rps:>8.0f} req/s  {cpu:>6.1f} us of server CPU per request  (rounds: "
+              f"{', '.join(f'{r[1]:.0f}' for r in runs)} us)")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--checkout", type=Path, default=ROOT, help="the ci-sizer checkout to serve (default: this one)")
@@ -296,7 +357,11 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="runs of each attack (the median is printed)")
     p.add_argument("--only", nargs="*", choices=list(ATTACKS), help="these attacks only (and the baseline)")
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument("--overhead", action="store_true", help="instead: the bounded protocol's cost per request")
     args = p.parse_args()
+    if args.overhead:
+        overhead(max(args.rounds, 6), args.seconds)
+        return
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # this process opens a few thousand sockets
     names = ["baseline", *(n for n in ATTACKS if n != "baseline" and (not args.only or n in args.only))]

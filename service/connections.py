@@ -190,6 +190,9 @@ class Registry:
 
 _registries: weakref.WeakKeyDictionary[ServerState, Registry] = weakref.WeakKeyDictionary()
 
+#: ``head_left`` while a head over the limit is parsed up to it (``_head_over``)
+_OVER = -1
+
 
 def _bounds_of(app: Any) -> Bounds:
     """The bounds the served app carries (``ServiceApp.connection_bounds``), through uvicorn's wrappers."""
@@ -219,15 +222,12 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             registry = _registries[server_state] = Registry(_bounds_of(config.loaded_app), self.loop)
         self.registry = registry
         self.deadline = 0.0
-        #: bytes of the current request's head still allowed; None once the head is complete
+        #: bytes of the current request's head still allowed (all of them: nothing of it arrived yet); None
+        #: once the head is complete, until the message is
         self.head_left: int | None = registry.bounds.max_header_bytes
-        #: bytes of a request arrived since the connection opened or since its last answer
-        self.started = False
         #: whether a request was ever answered on this connection (then it is kept alive between requests)
         self.answered = False
         self.overflowing = False
-        #: request heads completed on this connection
-        self.heads = 0
 
     # -- the connection's life
 
@@ -256,7 +256,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        self.started = True
         left = self.head_left
         if left is not None:
             if len(data) > left:
@@ -269,11 +268,11 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         """More bytes than the head may still have: parse up to the limit; a head that is then still
         incomplete is too large (431), else the rest is parsed as any other bytes (a body, the next
         request)."""
-        heads = self.heads
+        self.head_left = _OVER
         super().data_received(data[:left])
         if self.transport.is_closing():
             return
-        if self.heads == heads:  # no head completed within the limit
+        if self.head_left == _OVER:  # no head completed within the limit
             self.registry.counts["head too large (431)"] += 1
             self._close_with(self.registry.too_large)
             return
@@ -283,7 +282,6 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.head_left = None
-        self.heads += 1
         registry = self.registry
         self.deadline = self.loop.time() + registry.bounds.body_timeout
         if self.overflowing:
@@ -301,28 +299,33 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
-        if self.cycle is None:
+        cycle = self.cycle
+        if cycle is None:
             return
-        self.head_left = self.registry.bounds.max_header_bytes
-        self.registry.waiting.pop(self, None)
-        if self.cycle is not None and self.cycle.response_complete:
-            self._between_requests()  # answered before its body ended (401, 413, ...): the next may come
+        registry = self.registry
+        self.head_left = registry.bounds.max_header_bytes
+        registry.waiting.pop(self, None)  # the request is the app's now
+        if cycle.response_complete:  # answered before its body ended (401, 413, ...): the next may come
+            self._between_requests()
         super().on_message_complete()
 
     def on_response_complete(self) -> None:
         pipelined = bool(self.pipeline)  # then the next request, already read, goes to the app
         super().on_response_complete()
         self.answered = True
-        if not pipelined and not self.transport.is_closing() and self.head_left is not None:
+        if not pipelined and self.head_left is not None and not self.transport.is_closing():
             self._between_requests()
 
     def _between_requests(self) -> None:
-        self.started = False
         registry = self.registry
         self.deadline = self.loop.time() + registry.bounds.header_timeout
-        registry.waiting.pop(self, None)
-        registry.waiting[self] = None  # the longest waiting are first
-        registry.wake()
+        registry.waiting[self] = None  # not waiting since its message completed: it goes last
+        if registry._sweeping is None:
+            registry.wake()
+
+    def _started(self) -> bool:
+        """Whether part of a request arrived since the connection opened or since its last answer."""
+        return self.head_left is None or self.head_left < self.registry.bounds.max_header_bytes
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -337,7 +340,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def expire(self) -> None:
         """Past the deadline while waiting on the client: 408 when part of a request had arrived."""
-        if self.started and not self._answering():
+        if self._started() and not self._answering():
             self.registry.counts["timed out (408)"] += 1
             self._close_with(self.registry.timed_out)
         else:
@@ -346,7 +349,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def evict(self) -> None:
         """Make room for a new connection: 503 unless the connection is kept alive between requests."""
-        idle_between_requests = self.answered and not self.started
+        idle_between_requests = self.answered and not self._started()
         self._close_with(None if idle_between_requests or self._answering() else self.registry.refused)
 
     def drop(self) -> None:

@@ -155,10 +155,6 @@ def _toml_str(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _principal(request: Request) -> Principal:
-    return principal_from(request.app.state.tokens, request.headers.get("authorization", ""))
-
-
 def principal_from(store: TokenStore, header: str) -> Principal:
     """The caller named by an ``Authorization`` header; raises Unauthorized."""
     if not store.enabled:
@@ -191,10 +187,16 @@ BEARER = HTTPBearer(
 BearerCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
 
 
-def _authorize(request: Request, role: Role) -> Principal:
-    principal = _principal(request)
+def authorize(store: TokenStore, header: str, role: Role) -> Principal:
+    """The caller named by an ``Authorization`` header, if it has ``role``; raises Unauthorized or Forbidden."""
+    principal = principal_from(store, header)
     if role not in principal.roles:
         raise Forbidden(f"token {principal.name!r} lacks the {role!r} role")
+    return principal
+
+
+def _authorize(request: Request, role: Role) -> Principal:
+    principal = authorize(request.app.state.tokens, request.headers.get("authorization", ""), role)
     request.state.principal = principal
     return principal
 

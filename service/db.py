@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session
 
 T = TypeVar("T")
 
@@ -73,6 +74,15 @@ def _is_loopback_address(host: str) -> bool:
     except ValueError:
         return False
 
+
+#: Session settings of every PostgreSQL connection the service opens (the engines and the build path's
+#: pool). One generic plan per prepared statement (see ``build_engine``), and no JIT compilation: a
+#: generic plan on tables that were never analyzed (a server with autovacuum off, a fresh restore) is
+#: costed from their size alone, which soon passes ``jit_above_cost``, and was then compiled at every
+#: execution: a job's build-path state rebuilt from 100,000 runs took 566 ms, 520 of them compiling,
+#: and a batch of 20 runs 13 s. The statements are index lookups and short aggregates: compiling never
+#: pays for itself.
+SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
 
 #: Connections in an engine's pool (PostgreSQL; no overflow beyond it).
 POOL_SIZE = 8
@@ -144,7 +154,7 @@ def build_engine(
         connect_args.setdefault("ssl", False)
     if statement_timeout is not None:
         connect_args.setdefault("command_timeout", statement_timeout)
-    connect_args.setdefault("server_settings", {}).setdefault("plan_cache_mode", "force_generic_plan")
+    connect_args.setdefault("server_settings", {}).update(SESSION_SETTINGS)
     return create_async_engine(database_url, connect_args=connect_args, **kwargs)
 
 
@@ -158,18 +168,24 @@ def _forget(task: asyncio.Task[Any]) -> None:
         task.exception()  # retrieved: a fault after the deadline is not worth a warning
 
 
+async def finished_within(task: asyncio.Future[Any], seconds: float) -> bool:
+    """Whether ``task`` finished within ``seconds`` (never waiting for it past them); it is cancelled
+    with the caller."""
+    try:
+        done, _ = await asyncio.wait({task}, timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    return bool(done)
+
+
 async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:
     """``await work``, or raise ``TimeoutError`` at ``seconds``, however long ``work`` then takes
     to give up. (``asyncio.wait_for`` waits for the cancelled work to finish: a read on a
     connection whose server hangs then rolls back on that connection, and the answer came seconds
     after its deadline.) The work is cancelled and finishes in the background."""
     task = asyncio.ensure_future(work)
-    try:
-        done, _ = await asyncio.wait({task}, timeout=seconds)
-    except asyncio.CancelledError:
-        task.cancel()
-        raise
-    if not done:
+    if not await finished_within(task, seconds):
         task.cancel()
         _abandoned.add(task)
         task.add_done_callback(_forget)
@@ -177,8 +193,21 @@ async def within(seconds: float, work: Coroutine[Any, Any, T]) -> T:
     return task.result()
 
 
+#: ``Session.info`` key of the database connections a session's transactions used (``UnitOfWork.terminate``)
+_CONNECTIONS = "ci_sizer.connections"
+
+
+class _Session(Session):
+    """The sessions' class: it remembers the connections its transactions begin on."""
+
+
+@event.listens_for(_Session, "after_begin")
+def _remember(session: Session, _transaction: Any, connection: Any) -> None:
+    session.info.setdefault(_CONNECTIONS, []).append(connection)
+
+
 def build_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False, sync_session_class=_Session)
 
 
 class UnitOfWork:
@@ -191,6 +220,8 @@ class UnitOfWork:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
         self._after: list[Callable[[], None]] = []
+        #: work given up at its deadline and still winding down: the session is left to it
+        self.winding_down: asyncio.Task[Any] | None = None
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         self._after.append(callback)
@@ -203,20 +234,73 @@ class UnitOfWork:
 
     async def rollback(self) -> None:
         self._after.clear()
-        await self.session.rollback()
+        if self.winding_down is None:
+            await self.session.rollback()
+
+    def terminate(self) -> None:
+        """Close the connections this unit's transactions use at once, with no rollback and no goodbye
+        (PostgreSQL rolls back what did not commit when a connection drops): a statement waiting on a
+        server that does not answer fails now instead of at its statement timeout, and so does the
+        rollback after it. SQLite's connections have nothing to wait on but a lock, and are left."""
+        for connection in self.session.sync_session.info.get(_CONNECTIONS, ()):
+            try:
+                driver = connection.connection.driver_connection
+            except Exception:  # already closed or invalidated
+                continue
+            kill = getattr(driver, "terminate", None)  # asyncpg's Connection.terminate(): no round trip
+            if kill is not None and not driver.is_closed():
+                kill()
+
+
+#: how long a write given up at its deadline may take to wind down before it is left to finish alone
+GIVE_UP_SECONDS = 0.5
+
+
+async def bounded_write(uow: UnitOfWork, seconds: float, work: Coroutine[Any, Any, T]) -> T:
+    """``await work`` (which writes through ``uow``), or raise ``TimeoutError`` at ``seconds``: then its
+    connections are terminated (``UnitOfWork.terminate``) and the work cancelled, which makes it give up
+    at once, whether it waits on a statement, on the commit, on a new connection or on the pool. (The
+    ``asyncio.wait_for`` it replaces waited for the cancelled work's rollback, on a connection whose
+    server does not answer: the answer came after the statement timeout.)"""
+    task = asyncio.ensure_future(work)
+    if await finished_within(task, seconds):
+        return task.result()
+    uow.terminate()
+    task.cancel()
+    await asyncio.wait({task}, timeout=GIVE_UP_SECONDS)
+    if task.done():
+        _forget(task)
+    else:  # still winding down (SQLite waiting on its lock): it finishes in the background
+        uow.winding_down = task
+        _abandoned.add(task)
+        task.add_done_callback(_forget)
+    raise TimeoutError
+
+
+def in_background(work: Coroutine[Any, Any, Any] | asyncio.Future[Any]) -> None:
+    """Let ``work`` finish on its own, kept from the garbage collector, its outcome not worth a warning."""
+    task = asyncio.ensure_future(work)
+    _abandoned.add(task)
+    task.add_done_callback(_forget)
 
 
 @asynccontextmanager
 async def unit_of_work(maker: async_sessionmaker[AsyncSession]) -> AsyncIterator[UnitOfWork]:
-    """Commit when the block ends (a no-op when the work already committed), roll back when it raises."""
-    async with maker() as session:
-        uow = UnitOfWork(session)
-        try:
-            yield uow
-            await uow.commit()
-        except BaseException:
-            await uow.rollback()
-            raise
+    """Commit when the block ends (a no-op when the work already committed), roll back when it raises.
+    A unit whose work was abandoned at its deadline is closed once that work has wound down."""
+    session = maker()
+    uow = UnitOfWork(session)
+    try:
+        yield uow
+        await uow.commit()
+    except BaseException:
+        await uow.rollback()
+        raise
+    finally:
+        if uow.winding_down is None:
+            await session.close()
+        else:
+            uow.winding_down.add_done_callback(lambda _: in_background(session.close()))
 
 
 async def get_unit_of_work(request: Request) -> AsyncIterator[UnitOfWork]:
@@ -229,9 +313,17 @@ async def get_unit_of_work(request: Request) -> AsyncIterator[UnitOfWork]:
         yield uow
 
 
+#: ``scope`` key of the list where a write request's units of work are registered, so that the front
+#: can terminate their connections at the write timeout (``main.Gate``)
+WRITES = "ci_sizer.writes"
+
+
 async def get_write_unit_of_work(request: Request) -> AsyncIterator[UnitOfWork]:
     """The same unit of work on the write engine (``BEGIN IMMEDIATE`` on SQLite)."""
     async with unit_of_work(request.app.state.write_sessionmaker) as uow:
+        registered = request.scope.get(WRITES)
+        if registered is not None:
+            registered.append(uow)
         yield uow
 
 

@@ -81,6 +81,16 @@ class PayloadTooLarge(ServiceError):
     type_ = "https://ci-sizer.dev/problems/payload-too-large"
 
 
+class RequestTimeout(ServiceError):
+    status = 408
+    type_ = "https://ci-sizer.dev/problems/request-timeout"
+
+
+class UnsupportedMediaType(ServiceError):
+    status = 415
+    type_ = "https://ci-sizer.dev/problems/unsupported-media-type"
+
+
 class Unauthorized(ServiceError):
     status = 401
     type_ = "https://ci-sizer.dev/problems/unauthorized"
@@ -133,6 +143,18 @@ def problem_response(
     )
 
 
+def error_response(exc: ServiceError, instance: str) -> Response:
+    """The problem+json answer of a ``ServiceError`` (the handler's, and the front's before routing)."""
+    return problem_response(
+        exc.status, detail=exc.detail, type_=exc.type_, instance=instance, errors=exc.errors, headers=exc.headers
+    )
+
+
+def loggable(text: str) -> str:
+    """``text`` with lone surrogates (undecodable bytes in a path) escaped: a JSON log line cannot hold them."""
+    return text if text.isascii() else text.encode("utf-8", "backslashreplace").decode()
+
+
 def problem_responses(*errors: type[ServiceError]) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` entry of a route for the errors it declares."""
     out: dict[int | str, dict[str, Any]] = {}
@@ -179,11 +201,11 @@ def validation_errors(raw: Sequence[Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _flat_routes(routes: Sequence[Any]) -> Iterator[Any]:
+def flat_routes(routes: Sequence[Any]) -> Iterator[Any]:
     for route in routes:
         inner = getattr(route, "original_router", None)  # FastAPI keeps included routers wrapped
         if inner is not None:
-            yield from _flat_routes(inner.routes)
+            yield from flat_routes(inner.routes)
         else:
             yield route
 
@@ -193,7 +215,7 @@ def allowed_methods(request: Request) -> list[str]:
     from starlette.routing import Match
 
     methods: set[str] = set()
-    for route in _flat_routes(request.app.router.routes):
+    for route in flat_routes(request.app.router.routes):
         match, _ = route.matches({**request.scope, "method": "GET"})
         if match != Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
@@ -205,14 +227,7 @@ def install_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, ServiceError)
         if isinstance(exc, Conflict) and request.url.path == "/api/v1/runs":
             RUNS_INGESTED.labels(result="conflict").inc()
-        return problem_response(
-            exc.status,
-            detail=exc.detail,
-            type_=exc.type_,
-            instance=request.url.path,
-            errors=exc.errors,
-            headers=exc.headers,
-        )
+        return error_response(exc, request.url.path)
 
     async def on_validation_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
@@ -244,7 +259,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # A database that does not answer is a 503 to retry, not a bug; the message may hold
         # connection details, so only the class name is logged.
         DATABASE_ERRORS.inc()
-        log.warning("database error on %s: %s", request.url.path, type(exc).__name__)
+        log.warning("database error on %s: %s", loggable(request.url.path), type(exc).__name__)
         return problem_response(
             503,
             detail="the database is unavailable; retry later",

@@ -16,20 +16,22 @@ from fastapi import FastAPI
 from prometheus_client import multiprocess
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__, analyses, core, shutdown
 from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
 from service.changes import ChangeFeed
-from service.db import POOL_SIZE, build_engine, build_sessionmaker, is_local_postgres
-from service.errors import PayloadTooLarge, install_error_handlers, problem_response
+from service.connections import Bounds
+from service.db import POOL_SIZE, SESSION_SETTINGS, build_engine, build_sessionmaker, is_local_postgres
+from service.errors import install_error_handlers
+from service.gate import Gate
 from service.health import check_database
 from service.jobs.money import Prices
 from service.jobs.summaries import SummaryRefresher
 from service.observability import logs
 from service.observability.fleet import FleetTracker, flush_and_refresh
-from service.observability.metrics import RUNS_INGESTED, set_build_info, use_sizing_deadline
+from service.observability.metrics import set_build_info, use_sizing_deadline
 from service.observability.middleware import Observability
 from service.paths import RawPathSegments
 from service.pgpool import Pool
@@ -58,68 +60,6 @@ def check_exposure(settings: Settings, tokens: TokenStore) -> None:
             f"no tokens are configured (CI_SIZER_TOKENS_FILE) and --host {settings.host} is not a loopback "
             "address; configure tokens or pass --allow-anonymous"
         )
-
-
-class BodySizeLimit:
-    """Answer 413 (problem+json) for a request body over ``max_bytes``, counting what is actually
-    sent, not only what ``Content-Length`` claims; nothing reaches a route."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._reject(scope, send)
-            return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body = message.get("body", b"")
-            size += len(body)
-            if size > self.max_bytes:
-                await self._reject(scope, send)
-                return
-            chunks.append(body)
-            if not message.get("more_body", False):
-                break
-        buffered: Message = {
-            "type": "http.request",
-            "body": b"".join(chunks),
-            "more_body": False,
-        }
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return buffered
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _reject(self, scope: Scope, send: Send) -> None:
-        if scope["path"].startswith("/api/v1/runs"):
-            RUNS_INGESTED.labels(result="rejected").inc()
-        response = problem_response(
-            413,
-            detail=f"the request body exceeds {self.max_bytes} bytes",
-            type_=PayloadTooLarge.type_,
-            instance=scope["path"],
-        )
-        await response(scope, _drain, send)
-
-
-async def _drain() -> Message:
-    return {"type": "http.disconnect"}
 
 
 def redacted(database_url: str) -> str:
@@ -242,6 +182,7 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
     )
     app.state.settings = settings
     app.state.tokens = tokens
+    app.connection_bounds = Bounds.of(settings)
     app.state.fleet = FleetTracker(Prices.of(settings))
     app.state.pruner = Pruner(settings.retention_runs)
     # a job under a steady stream of runs is summarised at most every 30 s (the jobs list, not the build path)
@@ -261,7 +202,15 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
     inner = functools.partial(FastAPI.__call__, app)
     sizing = CachedSizing(inner, cache=app.state.answers, tokens=tokens, state=app.state)
     runs = FastRuns(sizing, tokens=tokens, state=app.state)
-    app.front = RawPathSegments(Observability(BodySizeLimit(runs, max_bytes=settings.max_body_bytes)))
+    gate = Gate(
+        runs,
+        settings.max_body_bytes,
+        tokens=tokens,
+        body_timeout=settings.body_timeout_seconds,
+        write_timeout=settings.write_timeout,
+        max_in_flight=settings.max_body_bytes_in_flight,
+    )
+    app.front = RawPathSegments(Observability(gate))
     return app
 
 
@@ -275,6 +224,8 @@ class ServiceApp(FastAPI):
     is the same plain 500 from uvicorn as from FastAPI's error middleware."""
 
     front: ASGIApp | None = None
+    #: what ``ci-sizer serve``'s protocol bounds (service/connections.py reads it from the app it serves)
+    connection_bounds: Bounds | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.front is not None and scope["type"] == "http":
@@ -292,7 +243,7 @@ def lean_pool(settings: Settings) -> Pool:
     # ends a statement nobody waits for any more
     timeout_ms = str(int(settings.database_statement_timeout_seconds * 1000))
     kwargs: dict[str, Any] = {
-        "server_settings": {"plan_cache_mode": "force_generic_plan", "statement_timeout": timeout_ms},
+        "server_settings": {**SESSION_SETTINGS, "statement_timeout": timeout_ms},
     }
     if is_local_postgres(settings.database_url):
         kwargs["ssl"] = False

@@ -12,15 +12,15 @@ decoding would have stored U+FFFD in their place.
 
 from __future__ import annotations
 
-from typing import Annotated
-from urllib.parse import unquote
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, unquote
 
 from fastapi import Depends, Path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.errors import InvalidInput
 from service.keys import ScopeKey
-from service.wire import NAME_MAX, name_problem
+from service.wire import NAME_MAX, name_problem, text_problem
 
 API_PREFIX = "/api/"
 
@@ -52,11 +52,71 @@ def segment(value: str, name: str) -> str:
     else:
         problem = name_problem(decoded)
     if problem is not None:
-        raise InvalidInput(
-            f"path segment {name!r} {problem}",
-            errors=[{"field": f"path/{name}", "message": problem}],
-        )
+        raise segment_error(name, problem)
     return decoded
+
+
+def segment_error(name: str | None, problem: str) -> InvalidInput:
+    if name is None:
+        return InvalidInput(f"a path segment {problem}", errors=[{"field": "path", "message": problem}])
+    return InvalidInput(f"path segment {name!r} {problem}", errors=[{"field": f"path/{name}", "message": problem}])
+
+
+def invalid_input(scope: Scope) -> tuple[InvalidInput, Any] | None:
+    """Why a request's path or query cannot be served, before anything reads the database with it, and
+    the route that would have served it: a path segment that is no name (rule I3: control,
+    bidirectional and invisible characters, undecodable bytes), or a query value with a control
+    character or undecodable bytes (PostgreSQL cannot store a NUL, and neither database a lone
+    surrogate). The error names the route's parameter. None when the input is fine, and when no route
+    takes the request (the app answers 404 or 405 without reading anything). Such characters only
+    arrive percent-encoded, so a request without ``%`` costs nothing here."""
+    raw = scope.get("raw_path") or b""
+    bad_part: str | None = None
+    problem: str | None = None
+    if b"%" in raw:
+        # the API's path is rebuilt (RawPathSegments), with ``/`` and ``%`` still escaped; elsewhere the
+        # server's own decoding: either way a segment holds every other decoded character
+        for part in scope["path"].split("/"):
+            decoded = unquote(part, errors="surrogateescape") if "%" in part else part
+            problem = name_problem(decoded) if decoded else None
+            if problem is not None:
+                bad_part = part
+                break
+    query: bytes = scope.get("query_string") or b""
+    bad_key: str | None = None
+    if problem is None and b"%" in query:
+        for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True, errors="surrogateescape"):
+            problem = text_problem(key) or text_problem(value)
+            if problem is not None:
+                bad_key = key.encode("utf-8", "backslashreplace").decode()
+                break
+    if problem is None:
+        return None
+    route, params = _route(scope)
+    if route is None:
+        return None
+    if bad_key is not None:
+        error = InvalidInput(
+            f"query parameter {bad_key!r} {problem}", errors=[{"field": f"query/{bad_key}", "message": problem}]
+        )
+        return error, route
+    name = next((str(n) for n, value in params.items() if value == bad_part), None)
+    return segment_error(name, problem), route
+
+
+def _route(scope: Scope) -> tuple[Any, dict[str, Any]]:
+    """The route that takes this request (path and method) and its path parameters, or (None, {})."""
+    from starlette.routing import Match
+
+    from service.errors import flat_routes
+
+    router = getattr(scope.get("app"), "router", None)
+    if router is not None:
+        for route in flat_routes(router.routes):
+            match, child = route.matches(scope)
+            if match == Match.FULL:
+                return route, child.get("path_params", {})
+    return None, {}
 
 
 Org = Annotated[str, Path(description="percent-encoded; %2F stands for a '/' inside the name")]

@@ -67,11 +67,25 @@ class Settings(BaseSettings):
     tokens_file: Path | None = None
     runner_ceilings_file: Path | None = None
     allow_anonymous: bool = False
-    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, description="a request body, in bytes (then 413)")
+    max_body_bytes_in_flight: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="large request bodies held at once, in bytes per worker (then 503 before reading another)",
+    )
     workers: int = Field(default=1, ge=1, le=64)
     fleet_flush_seconds: float = Field(default=10.0, gt=0)
     sizing_deadline_ms: int = Field(default=250, ge=1, le=60_000, description="fail-open deadline of GET sizing")
-    ingest_timeout_seconds: float = Field(default=10.0, gt=0, description="503 when ingest takes longer")
+    write_timeout_seconds: float = Field(
+        default=2.5,
+        gt=0,
+        le=3600,
+        description="bound on a write (a run's ingest, each run of a batch, an override's PUT or DELETE): 503 "
+        "with Retry-After past it, the stuck database connection terminated",
+    )
+    ingest_timeout_seconds: float | None = Field(
+        default=None, gt=0, le=3600, description="the former name of write_timeout_seconds (it wins when set)"
+    )
     finished_at_max_ahead_seconds: float = Field(
         default=86_400,
         ge=0,
@@ -111,6 +125,27 @@ class Settings(BaseSettings):
         pattern=r"^[A-Za-z$€£¥]+$",
         description="shown beside amounts",
     )
+    # connection bounds of `ci-sizer serve` (service/connections.py, docs/reliability.md)
+    max_connections: int = Field(
+        default=512, ge=1, le=1_000_000, description="client connections held per worker process (then evict or 503)"
+    )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=3600,
+        description="a request's head must arrive within this of opening or of the last answer",
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="a request's body must arrive within this of its head; an answer not taken for this long is dropped",
+    )
+    keep_alive_seconds: int = Field(default=5, ge=1, le=3600, description="idle time between two requests")
+    max_header_bytes: int = Field(
+        default=16 * 1024, ge=1024, le=1 << 20, description="request line and headers, in bytes (then 431)"
+    )
+    listen_backlog: int = Field(default=256, ge=1, le=65535, description="connections the kernel queues for accept")
 
     @field_validator("database_url")
     @classmethod
@@ -140,6 +175,11 @@ class Settings(BaseSettings):
     @classmethod
     def _log_level(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @property
+    def write_timeout(self) -> float:
+        """The bound on a write: ``write_timeout_seconds``, or its former name when that is set."""
+        return self.ingest_timeout_seconds if self.ingest_timeout_seconds is not None else self.write_timeout_seconds
 
     @property
     def is_sqlite(self) -> bool:

@@ -24,6 +24,13 @@ MAX_MEMORY_BYTES = 1 << 50  # 1 PiB: bounds inputs so the integer arithmetic nev
 MAX_CPU_MILLICORES = 1e9  # a million cores
 
 
+def is_json(content_type: bytes) -> bool:
+    """Whether a ``Content-Type`` value is JSON: ``application/json`` or ``application/<x>+json``,
+    parameters aside (what FastAPI parses as JSON)."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
+
+
 def utcnow() -> datetime:
     """Now, as the naive UTC datetime the tables store."""
     return datetime.now(UTC).replace(tzinfo=None)
@@ -50,11 +57,23 @@ def to_rfc3339(value: datetime | None) -> str | None:
 #: could read as another one ("Trojan Source", CVE-2021-42574).
 BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
+#: General categories refused in names (rule I3, and its clarification in docs/sizing.md): control
+#: characters (Cc); lone surrogates (Cs: undecodable bytes, or a JSON ``\udc80`` escape); and the
+#: invisible ones, format characters (Cf: zero-width joiner and space, BOM, soft hyphen, tag characters,
+#: the bidirectional controls) and line and paragraph separators (Zl, Zp), with which ``build`` and a
+#: look-alike would be two jobs. One exception: a zero-width joiner inside an emoji sequence.
+_REFUSED = {
+    "Cc": "must not contain control characters",
+    "Cs": "must be valid UTF-8 (no lone surrogates)",
+    "Cf": "must not contain invisible characters (format characters such as U+200D or U+FEFF)",
+    "Zl": "must not contain invisible characters (line separators)",
+    "Zp": "must not contain invisible characters (paragraph separators)",
+}
+
 
 def name_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a name (rule I3), or None: control characters, bidirectional
-    control characters, and lone surrogates (what invalid UTF-8 decodes to with
-    ``surrogateescape``, and what a JSON ``\\udc80`` escape gives) are refused."""
+    """Why ``value`` cannot be a name (rule I3), or None: control, bidirectional control and other
+    invisible characters, and lone surrogates are refused."""
     if value.isascii() and value.isprintable():  # the common case, in C: none of those can be in it
         return None
     return problem_by_character(value)
@@ -62,14 +81,37 @@ def name_problem(value: str) -> str | None:
 
 def problem_by_character(value: str) -> str | None:
     """``name_problem`` judged one character at a time (its definition, which the ASCII shortcut keeps)."""
-    for ch in value:
+    for i, ch in enumerate(value):
         if ch in BIDI_CONTROLS:
             return "must not contain bidirectional control characters"
+        problem = _REFUSED.get(unicodedata.category(ch))
+        if problem is not None and not (ch == ZWJ and _joins_emoji(value, i)):
+            return problem
+    return None
+
+
+#: U+200D ZERO WIDTH JOINER
+ZWJ = "\u200d"
+
+
+def _joins_emoji(value: str, i: int) -> bool:
+    """Whether the joiner at ``i`` is inside an emoji ZWJ sequence (UTS #51: ``👩‍💻`` is one glyph, and
+    ``👩💻`` visibly two): an emoji, or its skin-tone modifier or U+FE0F, before it, an emoji after it."""
+    if not 0 < i < len(value) - 1:
+        return False
+    before, after = value[i - 1], value[i + 1]
+    return (before == "\ufe0f" or unicodedata.category(before) in ("So", "Sk")) and unicodedata.category(after) == "So"
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text by either database, or None: a control character (NUL
+    is one, which PostgreSQL refuses) or a lone surrogate (no UTF-8). For free text such as a query."""
+    if value.isascii() and value.isprintable():
+        return None
+    for ch in value:
         category = unicodedata.category(ch)
-        if category == "Cc":
-            return "must not contain control characters"
-        if category == "Cs":
-            return "must be valid UTF-8 (no lone surrogates)"
+        if category in ("Cc", "Cs"):
+            return _REFUSED[category]
     return None
 
 

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
@@ -22,9 +23,15 @@ def free_port() -> int:
 
 class LiveServer:
     def __init__(
-        self, database_url: str, *args: str, log: Path | None = None, env: dict[str, str] | None = None
+        self,
+        database_url: str,
+        *args: str,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
+        preexec_fn: Callable[[], object] | None = None,
     ) -> None:
         self.database_url = database_url
+        self.preexec_fn = preexec_fn  #: run in the child before it execs (limits: resource.setrlimit)
         self.args = args
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -52,6 +59,7 @@ class LiveServer:
             env={**os.environ, **self.env},
             stdout=out,
             stderr=out,
+            preexec_fn=self.preexec_fn,
         )
         deadline = time.monotonic() + timeout
         while True:

@@ -4,21 +4,29 @@ tests against PostgreSQL (crash with kill -9, database outage, concurrency)."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
+import hashlib
+import json
+import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
+import orjson
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from service.db import build_engine
+from service.errors import loggable
+from service.observability.logs import JsonFormatter
 
 from .conftest import _admin
 from .helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
@@ -240,6 +248,217 @@ async def test_overlong_and_unknown_query_values(client: httpx.AsyncClient) -> N
     assert r.status_code == 422
     r = await client.get("/api/v1/sizing/" + "%2F".join(["a"] * 300) + "/r/w/j")
     assert r.status_code == 422  # a segment over 200 characters once decoded
+
+
+# --------------------------------------------------------------------------- client input is never a database fault
+
+
+def _cursor(value: Any) -> str:
+    return base64.urlsafe_b64encode(orjson.dumps(value)).decode().rstrip("=")
+
+
+#: issue 33, minor 2: inputs that used to reach the database, answered 503 there (PostgreSQL, counted
+#: as database errors) or 500 (SQLite), with the field each must be refused by
+CLIENT_INPUTS = {
+    "/api/v1/simulations/%00": "path/analysis_id",
+    "/api/v1/backtests/%FF": "path/analysis_id",
+    "/api/v1/backtests/%ED%A0%80": "path/analysis_id",  # a UTF-8-encoded surrogate
+    "/api/v1/sizing/overrides?org=a%00b": "query/org",
+    "/api/v1/jobs?sort=last_run&cursor=" + _cursor(["last_run", "2026-01-01T00:00:00+05:00", 1]): "query/cursor",
+    "/api/v1/jobs?sort=name&cursor=" + _cursor(["name", ["a\x00", "b", "c", "d"], 1]): "query/cursor",
+    "/api/v1/jobs?org=ac%00me": "query/org",
+    "/api/v1/sizing/acme/web/ci/b%00uild": "path/job",
+}
+
+
+def _database_errors(metrics: str) -> float:
+    return sum(
+        float(line.split()[1]) for line in metrics.splitlines() if line.startswith("ci_sizer_database_errors_total ")
+    )
+
+
+async def test_client_input_is_never_a_database_fault(
+    client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = _database_errors((await client.get("/metrics")).text)
+    with caplog.at_level(logging.INFO):
+        for path, field in CLIENT_INPUTS.items():
+            r = await client.get(path)
+            assert r.status_code == 422, (path, r.status_code, r.text)
+            assert r.headers["content-type"] == "application/problem+json"
+            assert [e["field"] for e in r.json()["errors"]] == [field], path
+    assert _database_errors((await client.get("/metrics")).text) == before
+    formatter = JsonFormatter()
+    for record in caplog.records:
+        assert "database error" not in record.getMessage()
+        json.loads(formatter.format(record))  # every line it wrote is a JSON line (no lone surrogate)
+
+
+def test_a_database_warning_with_a_surrogate_in_its_path_is_a_json_line() -> None:
+    # a path that reaches a real database fault may hold undecodable bytes: the warning still logs
+    record = logging.LogRecord("ci_sizer.errors", logging.WARNING, "", 0, "database error on %s: %s", ("", ""), None)
+    record.args = (loggable("/api/v1/backtests/\udcff"), "OSError")
+    assert (
+        json.loads(JsonFormatter().format(record))["message"] == "database error on /api/v1/backtests/\\udcff: OSError"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content_type", "status"),
+    [
+        ("application/jsonx", 415),
+        ("text/plain", 415),
+        ("application/x-www-form-urlencoded", 415),
+        ("application/json", 201),
+        ("application/json; charset=utf-8", 201),
+        ("Application/JSON", 201),
+        ("application/vnd.ci-sizer+json", 201),
+        (None, 415),  # a body without a media type
+    ],
+)
+async def test_a_body_that_is_not_json_is_415_on_both_databases(
+    client: httpx.AsyncClient, content_type: str | None, status: int
+) -> None:
+    # issue 33, minor 5: application/jsonx was stored (201) on PostgreSQL and 422 on SQLite; a body
+    # with any media type but JSON's, or none, is 415 on both
+    headers = {} if content_type is None else {"content-type": content_type}
+    r = await client.post("/api/v1/runs", content=orjson.dumps(run(1)), headers=headers)
+    assert r.status_code == status, r.text
+    if status == 415:
+        assert r.headers["content-type"] == "application/problem+json"
+        assert r.json()["errors"] == [{"field": "header/content-type", "message": "must be application/json"}]
+        assert (await client.get("/api/v1/jobs")).json()["items"] == []
+        r = await client.put("/api/v1/sizing/overrides/acme", content=b'{"cpu_limit": "1"}', headers=headers)
+        assert r.status_code == 415
+
+
+#: issue 33, minor 5: invisible characters, with which "build" and a look-alike were two jobs
+INVISIBLE = {
+    "zero-width-joiner": "bu\u200dild",
+    "zero-width-space": "bu\u200bild",
+    "bom": "\ufeffbuild",
+    "line-separator": "bu\u2028ild",
+    "paragraph-separator": "bu\u2029ild",
+    "tag": "build\U000e0041",
+    "soft-hyphen": "bu\u00adild",
+}
+
+
+@pytest.mark.parametrize("name", list(INVISIBLE.values()), ids=list(INVISIBLE))
+async def test_invisible_characters_in_names_are_422(client: httpx.AsyncClient, name: str) -> None:
+    for body, field in (
+        ({**run(1), "job": name}, "body/job"),
+        (run(1, container(name)), "body/containers/0/name"),
+    ):
+        r = await client.post("/api/v1/runs", json=body)
+        assert r.status_code == 422, r.text
+        assert [e["field"] for e in r.json()["errors"]] == [field]
+    r = await client.get(sizing_path({**JOB, "job": name}))
+    assert r.status_code == 422
+    assert [e["field"] for e in r.json()["errors"]] == ["path/job"]
+    assert (await client.get("/api/v1/jobs")).json()["items"] == []
+
+
+async def test_dotenv_gives_each_container_its_own_variables(client: httpx.AsyncClient) -> None:
+    # issue 33, minor 5: "a-b" and "a_b" both became CI_SIZER_A_B_*, and one took the other's sizes
+    await post_runs(client, run(1, container("a-b", mem=100 * MIB), container("a_b", mem=900 * MIB), container("db")))
+    text_ = (await client.get(sizing_path(), params={"format": "dotenv"})).text
+    variables = dict(line.split("=", 1) for line in text_.splitlines())
+    assert len(variables) == 12  # three containers, four variables each: no name given twice
+    limits = {k.removesuffix("_MEMORY_LIMIT"): v for k, v in variables.items() if k.endswith("_MEMORY_LIMIT")}
+    answer = await sizing(client)
+    by_name = {c["name"]: c["memory"]["limit"] for c in answer["containers"]}
+    for name in ("a-b", "a_b"):
+        suffix = hashlib.sha256(name.encode()).hexdigest()[:8].upper()
+        assert limits[f"CI_SIZER_A_B_{suffix}"] == by_name[name]
+    assert limits["CI_SIZER_DB"] == by_name["db"]
+    assert by_name["a-b"] != by_name["a_b"]
+
+
+async def test_retention_prunes_runs_written_outside_the_service(
+    make_client: Any, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # issue 33, minor 5: on PostgreSQL the job's build-path state, which counts the runs the service
+    # stored, said the job was under the limit: never pruned, and nothing said
+    async with make_client(retention_runs=5, retention_interval_seconds=3600) as client:
+        await post_runs(client, *(run(n) for n in range(1, 4)))
+    [(job_id,)] = await _sql(db_url, "SELECT id FROM jobs")
+    await _insert_runs(db_url, job_id, "outside", 10)
+    with caplog.at_level(logging.INFO, logger="ci_sizer.retention"):
+        async with make_client(retention_runs=5, retention_interval_seconds=3600) as client:
+            app = client.app  # type: ignore[attr-defined]
+            pruner = app.state.pruner
+            await pruner.recover(app.state.write_sessionmaker)
+            assert "ci_sizer_retention_backlog_jobs 1.0" in (await client.get("/metrics")).text
+            await pruner.run_once(app.state.write_sessionmaker, app.state.answers)
+            assert await count_rows(db_url, "runs") == 5
+            assert "ci_sizer_retention_backlog_jobs 0.0" in (await client.get("/metrics")).text
+            assert (await sizing(client, runs=100))["meta"]["clean_samples"] == 5
+            # written outside while the service runs: found by the next count of every job's runs
+            await _insert_runs(db_url, job_id, "later", 4)
+            pruner.rescan_seconds = 0
+            await pruner.run_once(app.state.write_sessionmaker, app.state.answers)
+            assert await count_rows(db_url, "runs") == 5
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    if db_url.startswith("postgresql"):
+        assert any("more runs than their build-path state counts" in m for m in said), said
+    assert any("that no ingest noted" in m for m in said), said
+
+
+async def _insert_runs(url: str, job_id: int, prefix: str, count: int) -> None:
+    """Runs of one job written straight into the database, as a restore or a script would."""
+    for n in range(count):
+        at = datetime(2026, 10, 1) + timedelta(minutes=n)
+        await _sql(
+            url,
+            "INSERT INTO runs (job_id, run_id, finished_at, ingested_at, clean, content_hash) "
+            "VALUES (:job, :run_id, :at, :at, :clean, 'x')",
+            job=job_id,
+            run_id=f"{prefix}-{n}",
+            at=at if url.startswith("postgresql") else at.strftime("%Y-%m-%d %H:%M:%S.%f"),
+            clean=True,
+        )
+
+
+# --------------------------------------------------------------------------- PostgreSQL JIT
+
+
+def _jit_in(plan: Any) -> bool:
+    """Whether an ``EXPLAIN (ANALYZE, FORMAT JSON)`` result (text or parsed) shows JIT compilation."""
+    parsed = orjson.loads(plan) if isinstance(plan, str | bytes) else plan
+    return "JIT" in parsed[0]
+
+
+async def test_postgresql_never_jit_compiles_the_service_statements(make_client: Any, db_url: str) -> None:
+    # issue 33, minor 4: with generic plans on tables never analyzed, the route's rebuild of a job's
+    # build-path state was JIT-compiled at every execution (250-440 ms a run). Compiling is forced here
+    # (jit_above_cost 0, this connection only) to show that the service's sessions never compile.
+    if not db_url.startswith("postgresql"):
+        pytest.skip("JIT is PostgreSQL's")
+    from service.sizing.state import _REBUILD
+
+    async with make_client() as client:
+        await post_runs(client, run(1))
+        app = client.app  # type: ignore[attr-defined]
+        explain = text("EXPLAIN (ANALYZE, FORMAT JSON) " + str(_REBUILD))
+        async with app.state.engine.connect() as conn:
+            assert (await conn.execute(text("SHOW jit"))).scalar_one() == "off"
+            await conn.execute(text("SET jit_above_cost = 0"))
+            plan = (await conn.execute(explain, {"ids": [1]})).scalar_one()
+            assert not _jit_in(plan)
+            await conn.rollback()
+        async with app.state.pgpool.acquire() as raw:  # the build path's own connections
+            assert await raw.fetchval("SHOW jit") == "off"
+        # the same statement on a connection with the server's defaults is compiled: the check can fail
+        u = make_url(db_url)
+        plain = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
+        try:
+            await plain.execute("SET jit_above_cost = 0")
+            if await plain.fetchval("SHOW jit") == "on":
+                sql = str(_REBUILD).replace(":ids", "$1")
+                assert _jit_in(await plain.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, [1]))
+        finally:
+            await plain.close()
 
 
 # --------------------------------------------------------------------------- real processes, PostgreSQL

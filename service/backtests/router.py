@@ -82,7 +82,7 @@ async def create_backtest(
 @router.get(
     "/backtests/{analysis_id}",
     response_model=AnalysisPublic,
-    responses=problem_responses(NotFound, Unauthorized, Forbidden),
+    responses=problem_responses(NotFound, InvalidInput, Unauthorized, Forbidden),
 )
 async def get_backtest(analysis_id: str, principal: ReadPrincipal, engine: EngineDep) -> dict[str, Any]:
     """Status, progress 0..1, and when done the report: per policy fleet-wide and per job."""

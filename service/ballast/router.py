@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 
 from service.auth import AuthenticatedRoute, ReadPrincipal
 from service.ballast import service as ballast_service
-from service.deps import EngineDep, PolicyDep
+from service.deps import EngineDep, PolicyDep, SettingsDep
 from service.errors import Forbidden, InvalidInput, Unauthorized, problem_responses
 from service.placement.schemas import PlacementCpu, PlacementMemory
 from service.simulations.schemas import BallastPublic
@@ -26,6 +26,7 @@ router = APIRouter(prefix="/api/v1", tags=["analyses"], route_class=Authenticate
 async def get_ballast(
     engine: EngineDep,
     policy: PolicyDep,
+    settings: SettingsDep,
     principal: ReadPrincipal,
     org: Annotated[Name, Query(description="the org whose builds the ballast serves")],
     days: Annotated[int, Query(ge=1, le=92, description="the window of stored runs, ending now")] = 28,
@@ -58,4 +59,5 @@ async def get_ballast(
             coverage=coverage,
             node_cpu=node_cpu,
             node_memory=node_memory,
+            keep=settings.retention_runs,
         )

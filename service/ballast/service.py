@@ -9,7 +9,9 @@ instant, and when they can go. The formulas are pure functions over build starts
   smallest k whose share of bursts no bigger than k reaches ``coverage`` (SA2), with every
   choice's share and cost in node-hours;
 - zero hours: the hours of the week (UTC) with no build start, among the hour-of-week slots the
-  data covers (SA4);
+  data covers: the whole hours from when the org's stored runs are all its builds (``data_begins``:
+  its first run, or later where retention may have deleted a job's older runs) to the window's end
+  (SA4);
 - the autoscaler: cf-runtime's ballast priority (-1000000) is below cluster-autoscaler's default
   expendable cutoff (-10), so an evicted ballast pod brings no node unless the cutoff is lowered (SA3).
 """
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import col
 
@@ -175,16 +177,25 @@ async def org_runs(*, conn: AsyncConnection, org: str, since: datetime, until: d
     return list(rows)
 
 
-async def first_run(*, conn: AsyncConnection, org: str) -> datetime | None:
-    """When the org's stored data begins: its earliest run (start, else finish)."""
-    row = (
-        await conn.execute(
-            select(func.min(func.coalesce(col(Run.started_at), col(Run.finished_at))))
-            .join(Job, col(Run.job_id) == col(Job.id))
-            .where(col(Job.org) == org)
-        )
-    ).first()
-    return None if row is None else row[0]
+async def data_begins(*, conn: AsyncConnection, org: str, keep: int | None = None) -> datetime | None:
+    """SA4: from when the org's stored runs are all its builds (start, else finish): its earliest run, or
+    later, the earliest stored run of a job holding ``keep`` runs (the retention bound) or more, since
+    retention may have deleted that job's older runs: before it, a quiet hour may only look quiet."""
+    at = func.coalesce(col(Run.started_at), col(Run.finished_at))
+    jobs = (
+        select(func.min(at).label("oldest"), func.count().label("runs"))
+        .join(Job, col(Run.job_id) == col(Job.id))
+        .where(col(Job.org) == org)
+        .group_by(col(Run.job_id))
+        .subquery()
+    )
+    pruned = jobs.c.oldest if keep is None else case((jobs.c.runs >= keep, jobs.c.oldest))
+    row = (await conn.execute(select(func.min(jobs.c.oldest), func.max(pruned)))).first()
+    if row is None or row[0] is None:
+        return None
+    first: datetime = row[0]
+    truncated: datetime | None = row[1]
+    return first if truncated is None else max(first, truncated)
 
 
 async def load_starts(*, conn: AsyncConnection, org: str, since: datetime, until: datetime) -> list[Start]:
@@ -204,6 +215,7 @@ async def advise(
     coverage: float = COVERAGE,
     node_cpu: int = 8000,
     node_memory: int = 32 << 30,
+    keep: int | None = None,
 ) -> dict[str, Any]:
     starts = await load_starts(conn=conn, org=org, since=since, until=until)
     answers = await sizing_service.fetch_many(conn=conn, keys=list(dict.fromkeys(s.job for s in starts)), policy=policy)
@@ -211,7 +223,7 @@ async def advise(
     groups = bursts(((s.at - since).total_seconds() for s in starts), provision_delay)
     count, covered = replicas(groups, coverage)
     cpu, memory = size if size is not None else (0, 0)
-    begins = await first_run(conn=conn, org=org)
+    begins = await data_begins(conn=conn, org=org, keep=keep)
     slots = covered_slots(max(since, begins) if begins is not None else until, until)
     zeros = zero_hours((s.at for s in starts), slots)
     share = max(cpu / node_cpu, memory / node_memory)

@@ -35,6 +35,16 @@ FLAGS = {
     "price_per_gib_hour": "--price-per-gib-hour",
     "price_per_core_hour": "--price-per-core-hour",
     "price_currency": "--price-currency",
+    # connection and write bounds (service/cli/serve.py adds the flags)
+    "max_connections": "--max-connections",
+    "header_timeout_seconds": "--header-timeout-seconds",
+    "body_timeout_seconds": "--body-timeout-seconds",
+    "keep_alive_seconds": "--keep-alive-seconds",
+    "max_header_bytes": "--max-header-bytes",
+    "max_body_bytes": "--max-body-bytes",
+    "max_body_bytes_in_flight": "--max-body-bytes-in-flight",
+    "listen_backlog": "--listen-backlog",
+    "write_timeout_seconds": "--write-timeout-seconds",
 }
 
 

@@ -23,7 +23,7 @@ from service.jobs import risk
 from service.jobs.money import Prices, money_block
 from service.keys import ScopeKey
 from service.tables import Job, JobSummary, Run, RunContainer
-from service.wire import to_rfc3339
+from service.wire import name_problem, to_rfc3339
 
 #: the days a summary counts runs, OOM kills and run-hours over (``window_days`` on the wire)
 WINDOW_DAYS = 7
@@ -95,8 +95,12 @@ def decode_cursor(cursor: str, sort: str) -> tuple[Any, int]:
             raise ValueError
         if sort == "last_run":
             value = datetime.fromisoformat(value)
+            if value.tzinfo is not None:  # this API writes naive UTC; the database compares with no zone
+                raise ValueError
         elif sort == "name":
             if not (isinstance(value, list) and len(value) == 4 and all(isinstance(v, str) for v in value)):
+                raise ValueError
+            if any(name_problem(v) for v in value):  # nothing the database could not take (a NUL)
                 raise ValueError
         elif sort == "oom":
             if not isinstance(value, int) or isinstance(value, bool) or not -(2**31) <= value < 2**31:

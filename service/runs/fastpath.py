@@ -241,12 +241,12 @@ class FastRuns:
         try:
             # the deadline inline (see sizing/fastpath.py): a cancelled statement's connection is
             # terminated, so the server rolls back whatever did not commit
-            async with asyncio.timeout(settings.ingest_timeout_seconds):
+            async with asyncio.timeout(settings.write_timeout):
                 row = await _execute(pool, args)
         except TimeoutError:
             await _send(
                 send,
-                _unavailable(f"the database did not commit the run within {settings.ingest_timeout_seconds:g}s; retry"),
+                _unavailable(f"the database did not commit the run within {settings.write_timeout:g}s; retry"),
             )
             return True
         except _FAULTS as exc:

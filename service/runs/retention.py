@@ -9,8 +9,10 @@ ran) first finds every job holding more than N runs from the database and notes 
 from __future__ import annotations
 
 import logging
+import math
+import time
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service import changes
@@ -57,25 +59,64 @@ async def over_limit(*, session: AsyncSession, keep: int) -> dict[int, ScopeKey]
     return {row.id: ScopeKey(row.org, row.repo, row.workflow, row.job) for row in rows}
 
 
+#: seconds between two counts of every job's runs (``over_limit``), which find the jobs over the limit
+#: that no ingest noted: runs written outside the service, and at start the notes of a process that stopped
+RESCAN_SECONDS = 300.0
+
+# jobs whose build-path state (PostgreSQL) counts no more than ``keep`` runs, though more are stored
+_UNDERSTATED = text(
+    "SELECT job_id FROM job_state WHERE job_id = ANY(CAST(:ids AS bigint[])) AND clean_runs IS NOT NULL "
+    "AND runs <= :keep"
+)
+
+
 class Pruner:
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, *, rescan_seconds: float = RESCAN_SECONDS) -> None:
         self.keep = keep
+        self.rescan_seconds = rescan_seconds
+        #: jobs noted by ingest: they may be over the limit (their state says)
         self.pending: dict[int, ScopeKey] = {}
+        #: jobs counted over the limit in the database: pruned whatever their state says
+        self.found: dict[int, ScopeKey] = {}
         #: whether the jobs left over limit by an earlier process have been noted
         self.recovered = False
+        self._scanned_at = -math.inf
 
     def note(self, job_id: int, key: ScopeKey) -> None:
         self.pending[job_id] = key
 
     async def recover(self, maker: async_sessionmaker[AsyncSession]) -> None:
-        """Note every job over the limit (the notes of a process that stopped are lost with it)."""
+        """Count every job's runs and note each over the limit (the notes of a process that stopped are
+        lost with it, and runs written outside the service are noted by no ingest); say which ones
+        nothing had noted, and which ones their build-path state undercounts."""
         async with maker() as session:
             found = await over_limit(session=session, keep=self.keep)
-        for job_id, key in found.items():
-            self.pending.setdefault(job_id, key)
-        self.recovered = True
-        if found:
+            understated: list[int] = []
+            if found and (await session.connection()).dialect.name == "postgresql":
+                rows = await session.execute(_UNDERSTATED, {"ids": list(found), "keep": self.keep})
+                understated = [row[0] for row in rows]
+        self._scanned_at = time.monotonic()
+        unnoted = [job_id for job_id in found if job_id not in self.pending and job_id not in self.found]
+        self.found.update(found)
+        if unnoted and self.recovered:
+            log.warning(
+                "retention: %d job(s) over the limit of %d runs that no ingest noted (runs written outside the "
+                "service?), e.g. %s; pruning them",
+                len(unnoted),
+                self.keep,
+                _shown(found[unnoted[0]]),
+            )
+        elif found and not self.recovered:
             log.info("retention: %d job(s) over the limit found at start", len(found))
+        if understated:
+            log.warning(
+                "retention: %d job(s) hold more runs than their build-path state counts (runs written outside the "
+                "service), e.g. %s; their states are rebuilt as they are pruned",
+                len(understated),
+                _shown(found[understated[0]]),
+            )
+        self.recovered = True
+        RETENTION_BACKLOG.set(len(self.found) + len(self.pending))
 
     async def _over_limit(
         self, maker: async_sessionmaker[AsyncSession], jobs: dict[int, ScopeKey]
@@ -89,11 +130,12 @@ class Pruner:
     async def run_once(
         self, maker: async_sessionmaker[AsyncSession], cache: AnswerCache, *, recover: bool = True
     ) -> int:
-        """Prune every noted job (the first pass with ``recover`` also the jobs found over the
-        limit); a job that fails stays noted for the next pass. Pruning can change a job's answer
-        (its clean-run count, its window), so the job's cached answers are invalidated, here and,
-        through the change feed, in other workers."""
-        if recover and not self.recovered:
+        """Prune every noted job (the first pass with ``recover``, and one every ``rescan_seconds``, also
+        the jobs counted over the limit); a job that fails stays noted for the next pass. Pruning can
+        change a job's answer (its clean-run count, its window), so the job's cached answers are
+        invalidated, here and, through the change feed, in other workers. ``ci_sizer_retention_backlog_jobs``
+        is left at the number of jobs still known over the limit (failed, or found and not yet pruned)."""
+        if recover and time.monotonic() - self._scanned_at >= (self.rescan_seconds if self.recovered else 0):
             try:
                 await self.recover(maker)
             except Exception as exc:  # tried again at the next pass
@@ -107,6 +149,8 @@ class Pruner:
             except Exception as exc:  # then each job is looked at, as without the check
                 DATABASE_ERRORS.inc()
                 log.warning("retention could not count the noted jobs' runs: %s", type(exc).__name__)
+        found, self.found = self.found, {}
+        jobs = {**jobs, **found}
         for job_id, key in sorted(jobs.items()):
             try:
                 while True:
@@ -123,9 +167,13 @@ class Pruner:
             except Exception as exc:
                 DATABASE_ERRORS.inc()
                 log.warning("retention pass failed for a job: %s", type(exc).__name__)
-                self.pending[job_id] = key
+                (self.found if job_id in found else self.pending)[job_id] = key
                 failed += 1
         RETENTION_BACKLOG.set(failed)
         if removed:
             log.info("retention removed %d run(s)", removed)
         return removed
+
+
+def _shown(key: ScopeKey) -> str:
+    return "/".join(p for p in (key.org, key.repo, key.workflow, key.job) if p)

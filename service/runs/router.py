@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
@@ -13,11 +12,12 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from service import changes, deps
 from service.auth import AuthenticatedRoute, IngestPrincipal
-from service.db import UnitOfWork, WriteUnitOfWorkDep
+from service.db import UnitOfWork, WriteUnitOfWorkDep, bounded_write
 from service.deps import AnswersDep, JobIdsDep, PrunerDep, SettingsDep, SummariesDep
 from service.errors import (
     BadRequest,
@@ -25,8 +25,10 @@ from service.errors import (
     Forbidden,
     InvalidInput,
     PayloadTooLarge,
+    RequestTimeout,
     Unauthorized,
     Unavailable,
+    UnsupportedMediaType,
     problem_responses,
     validation_errors,
 )
@@ -64,10 +66,11 @@ class FastJsonRoute(AuthenticatedRoute):
             if body and reduce is not None and len(body) >= bodies.MIN_BYTES:
                 try:
                     reduced = await deps.bodies(request).run(reduce, body)
-                except Exception as exc:  # the worker died: parse on the loop, as for any body
+                except Exception as exc:  # the worker died twice: parse on the loop, as for any body
                     log.warning("large body not reduced in the worker: %s", type(exc).__name__)
-                    reduced = None
-                if reduced is not None:
+                else:
+                    if isinstance(reduced, bodies.Invalid):  # judged in the worker: nothing parsed here
+                        raise RequestValidationError(bodies.errors_of(reduced, ("body",)))
                     request._json = reduced
                     return await handler(request)
             if body:
@@ -79,6 +82,18 @@ class FastJsonRoute(AuthenticatedRoute):
 
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], route_class=FastJsonRoute)
+
+#: what both POSTs may answer besides their own (the front answers 401/403, 413, 415 and 408 before them)
+_ERRORS = (
+    BadRequest,
+    InvalidInput,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    RequestTimeout,
+    Unauthorized,
+    Forbidden,
+    Unavailable,
+)
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,7 @@ def _time_errors(settings: Settings, body: RunCreate, where: str) -> list[dict[s
 
 
 async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
-    """Ingest and commit one run within the ingest timeout. Only a committed run is answered
+    """Ingest and commit one run within the write timeout. Only a committed run is answered
     201; a database that is down or too slow is a 503 to retry (a retry of a run that did commit
     is answered 200, rule I4)."""
     settings = app.settings
@@ -125,10 +140,10 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
         return done
 
     try:
-        done = await asyncio.wait_for(work(), settings.ingest_timeout_seconds)
+        done = await bounded_write(uow, settings.write_timeout, work())
     except TimeoutError:
         raise Unavailable(
-            f"the database did not commit the run within {settings.ingest_timeout_seconds:g}s; retry",
+            f"the database did not commit the run within {settings.write_timeout:g}s; retry",
             headers={"Retry-After": "2"},
         ) from None
     RUNS_INGESTED.labels(result=done.run.result).inc()
@@ -145,7 +160,7 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     status_code=201,
     responses={
         200: {"model": RunPublic, "description": "the same run was already stored; nothing new was stored"},
-        **problem_responses(BadRequest, Conflict, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+        **problem_responses(Conflict, *_ERRORS),
     },
 )
 async def post_run(
@@ -170,7 +185,7 @@ def _problem(status: int, type_: str, **fields: Any) -> dict[str, Any]:
 @router.post(
     "/runs:batch",
     response_model=RunsBatchPublic,
-    responses=problem_responses(BadRequest, InvalidInput, PayloadTooLarge, Unauthorized, Forbidden, Unavailable),
+    responses=problem_responses(*_ERRORS),
 )
 async def post_runs_batch(
     body: RunsBatchCreate, uow: WriteUnitOfWorkDep, app: IngestDep, principal: IngestPrincipal
@@ -179,11 +194,17 @@ async def post_runs_batch(
     block the others. Every run answered 201 is committed."""
     results: list[BatchItemPublic] = []
     for index, raw in enumerate(body.runs):
-        try:
-            run_body = RunCreate.model_validate(raw)
-        except ValidationError as exc:
+        invalid: bodies.Invalid | None = None
+        if isinstance(raw, bodies.Invalid):  # a large batch's run, judged in the worker (runs/bodies.py)
+            invalid = raw
+        else:
+            try:
+                run_body = RunCreate.model_validate(raw)
+            except ValidationError as exc:
+                invalid = bodies.invalid_of(exc)
+        if invalid is not None:
             RUNS_INGESTED.labels(result="rejected").inc()
-            errors = validation_errors([{**e, "loc": ("body", "runs", index, *e["loc"])} for e in exc.errors()])
+            errors = validation_errors(bodies.errors_of(invalid, ("body", "runs", index)))
             problem = _problem(422, InvalidInput.type_, errors=errors)
             results.append(BatchItemPublic(index=index, status=422, result="rejected", problem=problem))
             continue

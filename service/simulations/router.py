@@ -73,7 +73,7 @@ async def create_simulation(
 @router.get(
     "/simulations/{analysis_id}",
     response_model=AnalysisPublic,
-    responses=problem_responses(NotFound, Unauthorized, Forbidden),
+    responses=problem_responses(NotFound, InvalidInput, Unauthorized, Forbidden),
 )
 async def get_simulation(analysis_id: str, principal: ReadPrincipal, engine: EngineDep) -> dict[str, Any]:
     """Status (``queued``, ``running``, ``done``, ``failed``), progress 0..1, and when done the report."""

@@ -30,17 +30,15 @@ A degraded answer (``meta.degraded``) says so in every format: the ``CI-Sizer-De
 by the route), plus a first-line comment in the YAML formats and a ``CI_SIZER_DEGRADED`` variable in
 ``gitlab`` and ``dotenv``. ``argo`` and ``arc`` are JSON, which has no comments: the header only.
 
-A CPU limit is only written where the answer enforces it (``cpu.enforced``, rule S17): in observe
-mode the CPU limit is advice, and a limit that is written is a limit that throttles. A runner's own
-template may carry a CPU limit that the runner keeps beside what is written (Argo, Buildkite and
-Tekton merge ``limits`` key by key; Jenkins' containerTemplate and GitLab's config.toml or job
-variables win over the answer's): ``template_cpu_limit=`` says what it is, and ``fit_cpu``
-(``sizing/fit.py``) keeps every CPU request written at or below it, so that a merged pod never asks
-for more CPU than its limit.
+A CPU limit is only written where the answer enforces it (``cpu.enforced``, rule S17). A runner's own
+template may keep a CPU limit beside what is written: ``template_cpu_limit=`` says what it is, and
+``fit_cpu`` (``sizing/fit.py``, which says which runners keep it) holds every CPU request written at or
+below it, so that a merged pod never asks for more CPU than its limit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -289,12 +287,25 @@ def _env_name(name: str) -> str:
     return cleaned or "CONTAINER"
 
 
+def env_names(names: Sequence[str]) -> list[str]:
+    """Each container's variable name: its name upper-cased, every run of other characters one ``_``.
+    Names that would share one (``a-b`` and ``a_b``, ``Build`` and ``build``) each get the first 8 hex
+    digits of their name's SHA-256 appended (``A_B_1F2E3D4C``), so no container takes another's sizes."""
+    plain = [_env_name(n) for n in names]
+    shared = {p for p in plain if plain.count(p) > 1}
+    return [
+        f"{p}_{hashlib.sha256(n.encode()).hexdigest()[:8].upper()}" if p in shared else p
+        for p, n in zip(plain, names, strict=True)
+    ]
+
+
 def dotenv(answer: Answer, mapping: Mapping | None = None, limits: TemplateCpu | None = None) -> tuple[str, str]:
     """One group of variables per recorded container: not merged into a pod by anyone, so neither
     ``containers=`` nor ``template_cpu_limit=`` applies (the route refuses both)."""
     lines = ["CI_SIZER_DEGRADED=true"] if _degraded(answer) else []
-    for c in answer.containers:
-        prefix = f"CI_SIZER_{_env_name('build' if c.name == UNSEEN else c.name)}"
+    names = env_names(["build" if c.name == UNSEEN else c.name for c in answer.containers])
+    for c, name in zip(answer.containers, names, strict=True):
+        prefix = f"CI_SIZER_{name}"
         lines += [
             f"{prefix}_CPU_REQUEST={c.cpu.request}",
             f"{prefix}_CPU_LIMIT={c.cpu.limit if c.cpu.enforced else ''}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -59,3 +60,59 @@ async def test_ballast_advice_from_stored_runs(client: httpx.AsyncClient) -> Non
     assert r.json()["replicas"] == 2  # 2 covers 1 of the 3 bursts (0.33 >= 0.3)
     r = await client.get("/api/v1/ballast", params={"org": JOB["org"], "days": 0})
     assert r.status_code == 422
+
+
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def slot(at: datetime) -> str:
+    return f"{DAYS[at.weekday()]} {at.hour:02d}"
+
+
+def whole_hours(begins: datetime, advice: dict[str, Any]) -> int:
+    """Whole hours from ``begins`` (on the hour) to the end of the advice's window."""
+    until = datetime.fromisoformat(advice["window"]["until"].replace("Z", "+00:00"))
+    return int((until - begins).total_seconds() // 3600)
+
+
+async def test_zero_hours_are_counted_only_where_retention_left_every_run(make_client: Any, db_url: str) -> None:
+    # issue 33, minor 6 (SA4): the covered slots began at the org's first stored run, but retention
+    # deletes a busy job's older runs: the hours of its deleted builds were then flagged as zero hours
+    from service.db import build_engine
+
+    today = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    busy = [today - timedelta(days=d) for d in (5, 4, 3, 2, 1)]  # one build a day, at the same hour
+    rare = today - timedelta(days=6, hours=3)
+    async with make_client(retention_runs=3, retention_interval_seconds=0.05) as client:
+        await post_runs(client, *(timed_run(n, at, 5, job="busy") for n, at in enumerate(busy)))
+        await post_runs(client, timed_run(99, rare, 5, job="rare"))
+        engine = build_engine(db_url)
+        try:
+            for _ in range(400):  # retention keeps the busy job's newest three
+                async with engine.connect() as conn:
+                    if (await conn.exec_driver_sql("SELECT count(*) FROM runs")).scalar_one() == 4:
+                        break
+                await asyncio.sleep(0.05)
+        finally:
+            await engine.dispose()
+        a = (await client.get("/api/v1/ballast", params={"org": JOB["org"], "days": 7})).json()
+    assert a["window"]["builds"] == 4
+    # the data is whole from the busy job's oldest kept run on: three days, not six
+    assert a["hours_covered"] == whole_hours(busy[2], a)
+    for deleted in busy[:2]:  # its builds of five and four days ago: not a quiet hour, unknown
+        assert slot(deleted) not in a["zero_hours_utc"]
+    assert slot(busy[2]) not in a["zero_hours_utc"]  # a kept build
+    assert slot(busy[2] + timedelta(hours=5)) in a["zero_hours_utc"]  # a covered hour without one
+
+
+async def test_a_day_without_builds_is_a_day_of_zero_hours(client: httpx.AsyncClient) -> None:
+    # SA4 as kept (docs/simulation.md): a day inside the data without a build is quiet, not unknown.
+    # Counting only the days that have data (issue 26's wording) would never flag a weekend without
+    # builds, the very hours 004 suggests scaling the ballast down in
+    today = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    days = [today - timedelta(days=d) for d in (6, 5, 1)]  # nothing on the four days between
+    await post_runs(client, *(timed_run(n, at, 5) for n, at in enumerate(days)))
+    a = (await client.get("/api/v1/ballast", params={"org": JOB["org"], "days": 7})).json()
+    assert a["hours_covered"] == whole_hours(days[0], a)
+    quiet = [slot(today - timedelta(days=d, hours=h)) for d in (4, 3, 2) for h in range(24)]
+    assert set(quiet) <= set(a["zero_hours_utc"])

@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from service.cli import build_parser
-from service.growths import service as growths_service
 from service.cli.common import CliError, settings_from
+from service.growths import service as growths_service
 from service.jobs import trends
 from service.jobs.money import DEFAULT_PRICE_PER_CORE_HOUR, DEFAULT_PRICE_PER_GIB_HOUR, MONTH_DAYS, Prices
 from service.jobs.service import JobFilter

@@ -214,3 +214,16 @@ def test_a_degraded_answer_is_not_applied(sizer: LiveServer, certs: Any, tmp_pat
         finally:
             stop(hook)
             stub.close()
+
+
+def test_the_dashboard_s_webhook_panels_read_series_the_webhook_exports(
+    up: tuple[Webhook, httpx.Client], repo_root: Any
+) -> None:
+    from ..observability.test_metrics import _exprs, _metric_names
+
+    hook, client = up
+    reviewed(hook, client, pods.argo())
+    present = {s.name for f in text_string_to_metric_families(hook.metrics(client)) for s in f.samples}
+    wanted = {n for e in _exprs(repo_root) for n in _metric_names(e) if n.startswith("ci_sizer_webhook_")}
+    assert wanted == {"ci_sizer_webhook_requests_total", "ci_sizer_webhook_request_duration_seconds_bucket"}
+    assert wanted <= present

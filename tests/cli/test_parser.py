@@ -37,7 +37,17 @@ def _cli_commands() -> set[str]:
 
 
 def test_the_commands() -> None:
-    assert _cli_commands() == {"serve", "migrate", "token", "collect", "stage", "simulate", "backtest", "openapi", "webhook"}
+    assert _cli_commands() == {
+        "serve",
+        "migrate",
+        "token",
+        "collect",
+        "stage",
+        "simulate",
+        "backtest",
+        "openapi",
+        "webhook",
+    }
 
 
 def test_dockerfile_entry_command_exists_in_cli(repo_root: Path) -> None:

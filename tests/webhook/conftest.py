@@ -22,7 +22,7 @@ import pytest
 from service.auth import hash_secret
 
 from ..helpers import container, run
-from ..live import LiveServer, free_port
+from ..live import LiveServer, free_port, stop_process
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -129,13 +129,7 @@ def wait_until_serving(hook: Webhook, timeout: float = 60) -> Webhook:
 
 
 def stop(hook: Webhook) -> None:
-    if hook.proc.poll() is None:
-        hook.proc.terminate()
-        try:
-            hook.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            hook.proc.kill()
-            hook.proc.wait(timeout=20)
+    stop_process(hook.proc)
 
 
 @pytest.fixture(scope="module")

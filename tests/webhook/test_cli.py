@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from service.cli import main
+
 from ..cli.entry import console_script, python_m
 from .conftest import make_certs
 
@@ -45,7 +47,14 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
 )
 def test_serve_refuses_to_start_without_what_it_needs(
-    certs: Path, tmp_path: Path, args: list[str], token: str | None, identity: str | None, message: str
+    certs: Path,
+    tmp_path: Path,
+    args: list[str],
+    token: str | None,
+    identity: str | None,
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     extra = list(args)
     if "--tls-cert-file" not in extra:
@@ -57,8 +66,22 @@ def test_serve_refuses_to_start_without_what_it_needs(
     if identity is not None:
         (tmp_path / "identity.yaml").write_text(identity)
         extra += ["--identity-file", str(tmp_path / "identity.yaml")]
-    out = python_m("webhook", "serve", *extra, env={"CI_SIZER_WEBHOOK_SIZER_URL": ""})
-    assert out.returncode == 2
-    (line,) = out.stderr.strip().splitlines()
+    monkeypatch.delenv("CI_SIZER_WEBHOOK_SIZER_URL", raising=False)
+    assert main(["webhook", "serve", *extra]) == 2  # each refusal comes before anything is served
+    (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("ci-sizer: error: ")
     assert message in line
+
+
+def test_a_placeholder_token_stops_the_process(certs: Path, tmp_path: Path) -> None:
+    # as the Deployment runs it with the Secret as shipped
+    (tmp_path / "token").write_text("REPLACE-ME: the secret printed by ci-sizer token create")
+    env = {
+        "CI_SIZER_WEBHOOK_SIZER_URL": "http://ci-sizer:8080",
+        "CI_SIZER_WEBHOOK_TOKEN_FILE": str(tmp_path / "token"),
+        "CI_SIZER_WEBHOOK_TLS_CERT_FILE": str(certs / "tls.crt"),
+        "CI_SIZER_WEBHOOK_TLS_KEY_FILE": str(certs / "tls.key"),
+    }
+    out = python_m("webhook", "serve", env=env)
+    assert out.returncode == 2
+    assert "holds no ci-sizer token" in out.stderr

@@ -49,6 +49,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=env("CI_SIZER_WEBHOOK_NAMESPACE") or env("POD_NAMESPACE"),
         help="the webhook's own namespace, whose pods it never changes (default POD_NAMESPACE)",
     )
+    serve.add_argument(
+        "--cert-reload-seconds",
+        type=float,
+        default=float(env("CI_SIZER_WEBHOOK_CERT_RELOAD_SECONDS") or 30),
+        help="how often a renewed certificate is looked for (default 30)",
+    )
     serve.add_argument("--log-level", default=env("CI_SIZER_WEBHOOK_LOG_LEVEL") or "info")
     serve.set_defaults(handler=run_serve)
 
@@ -74,6 +80,8 @@ def run_serve(args: argparse.Namespace) -> int:
     for flag, path in (("--tls-cert-file", args.tls_cert_file), ("--tls-key-file", args.tls_key_file)):
         if path is None or not Path(path).is_file():
             raise CliError(f"{flag}: no such file {path} (make them with `ci-sizer webhook certs`)")
+    if not args.cert_reload_seconds > 0:
+        raise CliError("--cert-reload-seconds: more than 0")
     if not 1 <= args.deadline_ms <= 29_000:
         raise CliError("--deadline-ms: 1 to 29000 (under the API server's 30 s ceiling on timeoutSeconds)")
     token = None
@@ -105,6 +113,7 @@ def run_serve(args: argparse.Namespace) -> int:
             rules=rules,
             sizer_ca_file=args.sizer_ca_file,
             log_level=args.log_level,
+            reload_seconds=args.cert_reload_seconds,
         )
     )
     return 0

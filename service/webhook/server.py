@@ -36,6 +36,8 @@ class Options:
     rules: tuple[Rule, ...]
     sizer_ca_file: Path | None = None
     log_level: str = "info"
+    #: how often the certificate files are looked at (a renewed Secret reaches the pod within a minute or two)
+    reload_seconds: float = RELOAD_SECONDS
 
 
 def reviewer(options: Options) -> Reviewer:
@@ -64,7 +66,9 @@ def serve(options: Options) -> None:
     server = uvicorn.Server(config)
 
     async def main() -> None:
-        watcher = asyncio.create_task(_reload_on_change(config, options.cert_file, options.key_file))
+        watcher = asyncio.create_task(
+            _reload_on_change(config, options.cert_file, options.key_file, options.reload_seconds)
+        )
         try:
             await server.serve()
         finally:
@@ -90,10 +94,10 @@ def _stamp(*files: Path) -> tuple[float, ...]:
         return ()
 
 
-async def _reload_on_change(config: object, cert_file: Path, key_file: Path) -> None:
+async def _reload_on_change(config: object, cert_file: Path, key_file: Path, every: float) -> None:
     seen = _stamp(cert_file, key_file)
     while True:
-        await asyncio.sleep(RELOAD_SECONDS)
+        await asyncio.sleep(every)
         now = _stamp(cert_file, key_file)
         context = getattr(config, "ssl", None)
         if not now or now == seen or context is None:

@@ -219,3 +219,33 @@ def test_a_degraded_answer_is_not_applied(sizer: LiveServer, certs: Any, tmp_pat
             stop(hook)
         for stub in stubs.values():
             stub.close()
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(sizer: LiveServer, tmp_path: Any) -> None:
+    from .conftest import make_certs
+
+    live = make_certs(tmp_path / "live")
+    hook = start_webhook(sizer.url, live, tmp_path / "hook.log", "--cert-reload-seconds", "0.2")
+    try:
+        wait_until_serving(hook)
+        old_ca = hook.ca_file.read_bytes()
+        renewed = make_certs(tmp_path / "renewed")  # a new CA, as a re-run of the command (or cert-manager) makes
+        for name in ("tls.key", "tls.crt"):
+            (live / name).write_bytes((renewed / name).read_bytes())
+        new = Webhook(hook.url, renewed / "ca.crt", hook.proc, hook.log)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with new.client(timeout=2) as client:
+                    if client.get("/healthz", extensions={"sni_hostname": SERVICE_NAME}).status_code == 200:
+                        break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline, "the renewed certificate was not served"
+                time.sleep(0.1)
+        assert hook.proc.poll() is None  # the same process
+        assert (renewed / "ca.crt").read_bytes() != old_ca
+        with hook.client(timeout=2) as client, pytest.raises(httpx.ConnectError):  # the old CA no longer verifies it
+            client.get("/healthz", extensions={"sni_hostname": SERVICE_NAME})
+        assert "certificate reloaded" in hook.log.read_text()
+    finally:
+        stop(hook)

@@ -21,6 +21,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    """SIGTERM (a clean shutdown), then SIGKILL if it has not ended within ``timeout``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=timeout)
+
+
 class LiveServer:
     def __init__(
         self,
@@ -79,13 +90,8 @@ class LiveServer:
         self.proc.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=30)
+        if self.proc is not None:
+            stop_process(self.proc)
 
     def __enter__(self) -> LiveServer:
         return self.start()

@@ -1,4 +1,4 @@
-"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, simulate, backtest, openapi.
+"""The ``ci-sizer`` command: serve, migrate, token create, collect, stage, simulate, backtest, openapi, webhook.
 
 One module per command; each ``register(sub)`` adds its subparser and sets its handler, which returns
 the exit code. Command modules import only the standard library and this package at import time
@@ -13,13 +13,13 @@ import sys
 from collections.abc import Callable
 
 from service import __version__
-from service.cli import backtest, collect, migrate, openapi, serve, simulate, stage, token
+from service.cli import backtest, collect, migrate, openapi, serve, simulate, stage, token, webhook
 from service.cli.common import CliError, Parser
 
 __all__ = ["build_parser", "main"]
 
 #: In the order ``ci-sizer --help`` lists them.
-COMMANDS = (serve, migrate, token, collect, stage, simulate, backtest, openapi)
+COMMANDS = (serve, migrate, token, collect, stage, simulate, backtest, openapi, webhook)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -178,6 +178,24 @@ FLEET_JOBS = Gauge(
     multiprocess_mode="mostrecent",
 )
 
+#: issue 37: the admission webhook's own (``ci-sizer webhook serve``, its own process and /metrics): not in
+#: the service's registry, so the sizer never exports them; ``service/webhook/app.py`` registers them
+WEBHOOK_RESULTS = ("patched", "unknown_identity", "no_answer", "deadline", "error")
+WEBHOOK_REQUESTS = Counter(
+    "ci_sizer_webhook_requests_total",
+    "Admission reviews the webhook answered, by result: patched, unknown_identity (no job could be told from "
+    "the pod), no_answer (the sizer was unsure: a job never seen, a degraded answer, or none of its containers "
+    "in the pod), deadline (the sizer did not answer in time), error. Every one was allowed.",
+    ["result"],
+    registry=None,
+)
+WEBHOOK_DURATION = Histogram(
+    "ci_sizer_webhook_request_duration_seconds",
+    "Time to answer an admission review, from its body read to its answer written.",
+    buckets=latency_buckets(1.0),  # the default deadline (CI_SIZER_WEBHOOK_DEADLINE_MS) and just above it
+    registry=None,
+)
+
 #: Every metric family the service exports (the dashboard test checks its queries against these).
 EXPORTED = (
     HTTP_REQUESTS,
@@ -202,6 +220,8 @@ EXPORTED = (
     FLEET_CPU,
     FLEET_MEMORY,
     FLEET_JOBS,
+    WEBHOOK_REQUESTS,
+    WEBHOOK_DURATION,
 )
 
 

@@ -35,6 +35,8 @@ COMMANDS = [
     ["simulate"],
     ["backtest"],
     ["openapi"],
+    ["webhook", "serve"],
+    ["webhook", "certs"],
 ]
 
 CP = subprocess.CompletedProcess[str]

@@ -27,7 +27,7 @@ def test_no_command_prints_the_help_and_exits_2(args: list[str]) -> None:
     r = python_m(*args)
     assert r.returncode == 2
     assert r.stdout.startswith("usage: ci-sizer ")
-    assert "{serve,migrate,token,collect,stage,simulate,backtest,openapi}" in r.stdout
+    assert "{serve,migrate,token,collect,stage,simulate,backtest,openapi,webhook}" in r.stdout
 
 
 def _cli_commands() -> set[str]:
@@ -37,7 +37,17 @@ def _cli_commands() -> set[str]:
 
 
 def test_the_commands() -> None:
-    assert _cli_commands() == {"serve", "migrate", "token", "collect", "stage", "simulate", "backtest", "openapi"}
+    assert _cli_commands() == {
+        "serve",
+        "migrate",
+        "token",
+        "collect",
+        "stage",
+        "simulate",
+        "backtest",
+        "openapi",
+        "webhook",
+    }
 
 
 def test_dockerfile_entry_command_exists_in_cli(repo_root: Path) -> None:

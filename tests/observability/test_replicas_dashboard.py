@@ -170,7 +170,9 @@ def test_dashboard_on_two_replicas_of_one_database(
     # the per-replica figures stay per replica: each answers, its feed listens
     assert by(panel(15, "A"), "instance") == {a.url.removeprefix("http://"): 1.0, b.url.removeprefix("http://"): 1.0}
     assert set(by(panel(15, "B"), "instance").values()) == {1.0}
-    # and every query of every panel answers with data
+    # and every query of every panel answers with data (but the admission webhook's, whose series come from
+    # its own process: tests/webhook checks that it exports them)
     for p in dashboard["panels"]:
         for target in p["targets"]:
-            assert query(prometheus, target["expr"]), (p["title"], target["refId"])
+            if "ci_sizer_webhook_" not in target["expr"]:
+                assert query(prometheus, target["expr"]), (p["title"], target["refId"])

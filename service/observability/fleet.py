@@ -11,14 +11,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from prometheus_client import Gauge
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlmodel import col
 
 from service.db import unit_of_work
 from service.jobs.money import Prices
-from service.observability.metrics import DATABASE_ERRORS, FLEET_CPU, FLEET_JOBS, FLEET_MEMORY, OVERRIDES
+from service.observability.metrics import (
+    DATABASE_ERRORS,
+    FLEET_CPU,
+    FLEET_JOBS,
+    FLEET_MEMORY,
+    FLEET_SAVING,
+    OVERRIDES,
+)
 from service.tables import Job, JobSummary, Override
 from service.wire import utcnow
 
@@ -31,15 +37,6 @@ class JobTotals:
     cpu_observed_millicores: float
     memory_request_bytes: int
     memory_observed_bytes: int
-
-
-FLEET_SAVING = Gauge(
-    "ci_sizer_fleet_saving_per_day",
-    "Money saved per day if every job's answer were applied, at the operator's prices (--price-per-gib-hour, "
-    "--price-per-core-hour), by resource; jobs kept below what they use by a pin count nothing (docs/ui.md).",
-    ["resource", "currency"],
-    multiprocess_mode="mostrecent",
-)
 
 
 class FleetTracker:

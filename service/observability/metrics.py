@@ -177,6 +177,14 @@ FLEET_JOBS = Gauge(
     "Jobs with a recommendation in the fleet totals.",
     multiprocess_mode="mostrecent",
 )
+#: issue 34: the fleet's savings in money, from the job summaries (``observability/fleet.py``)
+FLEET_SAVING = Gauge(
+    "ci_sizer_fleet_saving_per_day",
+    "Money saved per day if every job's answer were applied, at the operator's prices (--price-per-gib-hour, "
+    "--price-per-core-hour), by resource; jobs kept below what they use by a pin count nothing (docs/ui.md).",
+    ["resource", "currency"],
+    multiprocess_mode="mostrecent",
+)
 
 #: issue 37: the admission webhook's own (``ci-sizer webhook serve``, its own process and /metrics): not in
 #: the service's registry, so the sizer never exports them; ``service/webhook/app.py`` registers them
@@ -220,6 +228,7 @@ EXPORTED = (
     FLEET_CPU,
     FLEET_MEMORY,
     FLEET_JOBS,
+    FLEET_SAVING,
     WEBHOOK_REQUESTS,
     WEBHOOK_DURATION,
 )

@@ -140,7 +140,11 @@ def test_dashboard_on_two_replicas_of_one_database(
     def scraped_everything() -> bool:
         jobs_seen = by(query(prometheus, "ci_sizer_fleet_jobs"), "instance")
         repo = by(query(prometheus, 'ci_sizer_overrides{scope="repo"}'), "instance")
-        return len(jobs_seen) == 2 and set(jobs_seen.values()) == {6.0} and set(repo.values()) == {1.0}
+        # and a rate over $__rate_interval has two scrapes of each replica to go on (the first scrape can be
+        # the one that saw the totals)
+        scrapes = by(query(prometheus, f"count_over_time(up[{RATE_INTERVAL}])"), "instance")
+        enough = len(scrapes) == 2 and min(scrapes.values()) >= 2
+        return enough and len(jobs_seen) == 2 and set(jobs_seen.values()) == {6.0} and set(repo.values()) == {1.0}
 
     _wait(scraped_everything, 30, "Prometheus did not see both replicas' fleet totals")
     sql = asyncio.run(_sql_totals(postgresql_only))

@@ -86,6 +86,14 @@ class RequestTimeout(ServiceError):
     type_ = "https://ci-sizer.dev/problems/request-timeout"
 
 
+class HeadersTooLarge(ServiceError):
+    """The request line and headers past ``--max-header-bytes``: answered by the connection itself
+    (``service/connections.py``), before any route, so every operation may answer it."""
+
+    status = 431
+    type_ = "about:blank"
+
+
 class UnsupportedMediaType(ServiceError):
     status = 415
     type_ = "https://ci-sizer.dev/problems/unsupported-media-type"

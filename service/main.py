@@ -24,7 +24,7 @@ from service.cache import AnswerCache
 from service.changes import ChangeFeed
 from service.connections import Bounds
 from service.db import POOL_SIZE, SESSION_SETTINGS, build_engine, build_sessionmaker, is_local_postgres
-from service.errors import install_error_handlers
+from service.errors import HeadersTooLarge, install_error_handlers, problem_responses
 from service.gate import Gate
 from service.health import check_database
 from service.jobs.money import Prices
@@ -179,6 +179,8 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         version=__version__,
         description="Right-sizes Kubernetes requests and limits for CI jobs from the runs they actually made.",
         lifespan=lifespan,
+        # every operation: the connection answers 431 before routing (service/connections.py)
+        responses=problem_responses(HeadersTooLarge),
     )
     app.state.settings = settings
     app.state.tokens = tokens

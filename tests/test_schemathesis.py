@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import schemathesis
+from schemathesis import GenerationMode
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
@@ -18,13 +19,27 @@ from service.settings import Settings
 
 from .live import LiveServer
 
-schema = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
+DOCUMENT = create_app(Settings()).openapi()
+#: schemathesis 4.32's negative-data generator for this body errors out before any request is sent, on
+#: some seeds only ("Cannot generate an array with 1 demanded elements": schemathesis/generation/jsonschema/
+#: strategy.py turns a Hypothesis InvalidArgument into InvalidSchema), and which seeds changes with unrelated
+#: code. It gets schema-valid data here; its invalid bodies are tests/stages' (each rejected with its field)
+POSITIVE_ONLY = {"path": "/api/v1/stages:compute", "method": "POST"}
+schema = schemathesis.openapi.from_dict(DOCUMENT).exclude(**POSITIVE_ONLY)
+positive = schemathesis.openapi.from_dict(DOCUMENT).include(**POSITIVE_ONLY)
+positive.config.generation.update(modes=[GenerationMode.POSITIVE])
+for document in (schema, positive):
+    # a request line and headers past --max-header-bytes are refused by the connection with a 431, before
+    # any route (service/connections.py; every operation declares it)
+    rejection = document.config.checks.negative_data_rejection
+    rejection.expected_statuses = [*rejection.expected_statuses, "431"]
 
 
 SECRET = "cis_fuzz-secret"
 
 
 @schema.auth()
+@positive.auth()
 class Bearer:
     """The token for every call, through the document's bearer scheme (so schemathesis knows the
     calls are authenticated, and still checks that calls without it are refused)."""
@@ -60,4 +75,10 @@ def test_api_conforms_to_its_schema(case: schemathesis.Case, live: LiveServer) -
     # Every other default check runs. "Schema-valid data is accepted" cannot hold here: rules such
     # as "exactly one CPU source per container" or "p50 <= ... <= peak" (I1) span several fields
     # and are not expressible in JSON Schema, so such bodies are rightly answered 422.
+    case.call_and_validate(base_url=live.url, excluded_checks=[positive_data_acceptance])
+
+
+@positive.parametrize()
+@settings(max_examples=30, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+def test_stage_computation_conforms_to_its_schema(case: schemathesis.Case, live: LiveServer) -> None:
     case.call_and_validate(base_url=live.url, excluded_checks=[positive_data_acceptance])

@@ -188,13 +188,15 @@ ClientFactory = Callable[..., AbstractAsyncContextManager[httpx.AsyncClient]]
 def make_client(db_url: str) -> ClientFactory:
     """``async with make_client(memory_qos="burstable") as client:`` an app on this test's database.
 
-    The fail-open deadline is generous by default: tests of sizing correctness must not turn
-    into degraded answers because the shared machine is busy; reliability tests set their own.
+    The fail-open deadline and the write timeout are generous by default: tests of sizing and storage
+    must not turn into degraded answers or 503s because the shared machine is busy (a PUT took more than
+    the default 2.5 s under load); reliability tests set their own.
     """
 
     @asynccontextmanager
     async def factory(**settings: Any) -> AsyncIterator[httpx.AsyncClient]:
         settings.setdefault("sizing_deadline_ms", 30_000)
+        settings.setdefault("write_timeout_seconds", 30)
         app = create_app(Settings(database_url=db_url, **settings))
         async with app.router.lifespan_context(app):
             feed = getattr(app.state, "change_feed", None)

@@ -102,7 +102,7 @@ def sqlite_with(path: Any, use: Callable[[httpx.AsyncClient], Awaitable[T]]) -> 
     assert main(["migrate", "--database-url", url]) == 0
 
     async def run() -> T:
-        app = create_app(Settings(database_url=url))
+        app = create_app(Settings(database_url=url, write_timeout_seconds=30))
         async with app.router.lifespan_context(app):
             async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
                 return await use(client)

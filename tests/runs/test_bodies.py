@@ -101,7 +101,7 @@ async def guarded(db_url: str, tmp_path: Path) -> Any:
         f'[[tokens]]\nname = "ci"\nsha256 = "{hash_secret(SECRET)}"\nroles = ["ingest"]\n'
         f'[[tokens]]\nname = "reader"\nsha256 = "{hash_secret(SECRET + "-r")}"\nroles = ["read"]\n'
     )
-    app = create_app(Settings(database_url=db_url, tokens_file=tokens))
+    app = create_app(Settings(database_url=db_url, tokens_file=tokens, write_timeout_seconds=30))
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             yield app, client

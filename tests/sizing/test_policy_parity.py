@@ -90,7 +90,9 @@ async def _scenario(
 ) -> None:
     key = ScopeKey(f"o{uuid.uuid4().hex[:10]}", "web", "ci.yml", "build")
     job = {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job}
-    app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000, sizing_cache_entries=0))
+    app = create_app(
+        Settings(database_url=db_url, sizing_deadline_ms=30_000, write_timeout_seconds=30, sizing_cache_entries=0)
+    )
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
             if policy != "seed":  # the org opts in (issue 25), the pins as drawn
@@ -192,7 +194,7 @@ async def _fleet_scenario(db_url: str, plan: list[tuple[str, dict[str, Any]]]) -
     """Runs of several jobs of one org, one after another (``plan``: job name, container); before
     each run the live answer of that job (the org opted in to efficient) against the backtest's."""
     org = f"o{uuid.uuid4().hex[:10]}"
-    app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000))
+    app = create_app(Settings(database_url=db_url, sizing_deadline_ms=30_000, write_timeout_seconds=30))
     asked: list[tuple[ScopeKey, int, dict[str, Any]]] = []
     seen: dict[str, int] = {}
     async with app.router.lifespan_context(app):

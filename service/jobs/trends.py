@@ -35,7 +35,7 @@ GIB = float(1 << 30)
 SERIES = (
     ("runs", "runs"),
     ("oom_kills", "runs OOM-killed"),
-    ("growths", "growths (kills avoided)"),
+    ("growths", "kills avoided (grown in place)"),
     ("reserved_gib_hours", "memory reserved (GiB-h)"),
     ("used_gib_hours", "memory used (GiB-h)"),
     ("could_save_gib_hours", "could save: memory (GiB-h)"),

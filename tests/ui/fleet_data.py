@@ -1,9 +1,10 @@
 """A realistic fleet for the operator's page: three orgs, 56 jobs, about 600 runs over the last two
-weeks, OOM kills, sidecars (a Docker daemon, a database), a pin below what a job uses and a CPU pin
-that throttles. Deterministic (seeded), posted through the API as a runner would."""
+weeks, OOM kills, kills avoided by growth, sidecars (a Docker daemon, a database), a pin below what a job
+uses and a CPU pin that throttles. Deterministic (seeded), posted through the API as a runner would."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ SIDECARS = {
 #: jobs whose newest runs are OOM-killed (the answer backs off), and an older kill elsewhere
 OOM_RECENT = {("globex", "data", "pipeline.yml", "spark-tests"), ("initech", "tps", "Jenkinsfile", "nightly")}
 OOM_OLD = {("acme", "api", ".github/workflows/ci.yml", "integration"), ("initech", "portal", "ci.yml", "visual-diff")}
+#: jobs whose every third run went past the limit it started with and was grown in place (issue 40's guard):
+#: a kill avoided each, posted with its growth events and the limit it ended with
+GROWN = {("globex", "sdk", ".github/workflows/sdk.yml", "rust-test"), ("initech", "billing", "ci.yml", "load-test")}
 
 
 @dataclass
@@ -103,6 +107,21 @@ def build(seed: int = 34, now: datetime | None = None, orgs: dict[str, str] | No
                         }
                         if killed:
                             main["oom_killed"] = True
+                        elif key in GROWN and n % 3 == 0:
+                            # started at the limit, grew twice by a quarter when use reached 90 % of it
+                            at = finished - timedelta(minutes=minutes / 2)
+                            steps = [limit, limit + limit // 4, limit + limit // 2]
+                            main["memory_peak_bytes"] = int(limit * 1.3)
+                            main["memory_limit_bytes"] = steps[-1]
+                            main["growths"] = [
+                                {
+                                    "at": (at + timedelta(seconds=10 * i)).isoformat() + "Z",
+                                    "from_bytes": a,
+                                    "to_bytes": b,
+                                    "result": "grown",
+                                }
+                                for i, (a, b) in enumerate(itertools.pairwise(steps))
+                            ]
                         containers = [main]
                         if name in SIDECARS:
                             side, side_peak = SIDECARS[name]

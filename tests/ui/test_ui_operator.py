@@ -311,6 +311,42 @@ def test_trends_of_the_fleet_an_org_and_a_job(
         driver.set_window_size(1400, 1000)
 
 
+def _avoided(runs: list[dict[str, Any]]) -> int:
+    """Kills avoided, as growths/service.py and trends.py count them: grown past the first limit, not killed."""
+    return sum(
+        any(
+            c.get("growths")
+            and any(g["result"] == "grown" for g in c["growths"])
+            and c["memory_peak_bytes"] > c["growths"][0]["from_bytes"]
+            for c in r["containers"]
+        )
+        and not any(c.get("oom_killed") for c in r["containers"])
+        for r in runs
+    )
+
+
+def test_kills_avoided_by_growth_in_the_trends_and_on_the_job_page(
+    driver: WebDriver, server: str, fleet: fleet_data.Fleet
+) -> None:
+    # issue 34's growths series, from issue 40's events: the fleet's trend, an org's, and a grown job's page
+    grown = [r for r in fleet.runs if (r["org"], r["repo"], r["workflow"], r["job"]) in fleet_data.GROWN]
+    assert _avoided(grown) > 0
+    open_page(driver, server, SECRETS["admin"], "#trends?org=globex", "[data-testid=trend]")
+    globex = [r for r in fleet.runs if r["org"] == "globex"]
+    assert int(by(driver, "[data-sum=growths]").get_attribute("textContent") or "") == _avoided(globex)
+    assert "kills avoided" in by(driver, "[data-testid=trend-plot]").text
+    key = sorted(fleet_data.GROWN)[0]
+    mine = [r for r in fleet.runs if (r["org"], r["repo"], r["workflow"], r["job"]) == key]
+    go(driver, "#job/" + _path(key), "[data-testid=kills-avoided]")
+    # the job's trend: its 30 days; the figure beside its answer: the last 7 (the growths API's window)
+    assert int(by(driver, "[data-sum=growths]").get_attribute("textContent") or "") == _avoided(mine)
+    week = (utcnow() - timedelta(days=7)).isoformat()
+    recent = _avoided([r for r in mine if r["finished_at"] >= week])
+    shown = by(driver, "[data-testid=kills-avoided]").text
+    assert shown.split()[0] == str(recent), shown
+    assert api(server, "GET", "/api/v1/growths/" + _path(key)).json()["kills_avoided"] == recent
+
+
 def test_the_job_view_of_the_pinned_linker(driver: WebDriver, server: str, screenshots: Path) -> None:
     open_page(driver, server, SECRETS["admin"], "#job/" + _path(LINKER), "[data-testid=risk-alert]")
     assert by(driver, "[data-testid=override-scope]").text == "repo"

@@ -545,8 +545,14 @@ def test_the_backtest_counts_runs_and_shares_one_denominator(
 
 def test_each_fleet_row_says_when_it_was_computed(driver: WebDriver, server: str) -> None:
     open_page(driver, server, SECRETS["read"])
-    rows = filter_jobs(driver, org="acme", sort="name")
-    items = _items(server, org="acme", sort="name")
+    # the summaries' pass runs every 30 s and may land between the page's read and the API's: read the API
+    # before and after the page, and look again when the two differ
+    for _ in range(3):
+        before = _items(server, org="acme", sort="name")
+        rows = filter_jobs(driver, org="acme", sort="name")
+        items = _items(server, org="acme", sort="name")
+        if [i["summarised_at"] for i in before] == [i["summarised_at"] for i in items]:
+            break
     assert [r.get_attribute("data-job") for r in rows] == [i["job"] for i in items]
     for row, item in zip(rows, items, strict=True):
         cell = by(row, "[data-testid=as-of]")

@@ -10,7 +10,18 @@ median of the rounds, because this machine is shared and noisy.
 Targets (issue 20): ratio >= 0.5 with p99 <= 50 ms at one worker and 32 connections.
 
     python bench/mixed.py [--database-url postgresql://...] [--jobs 300] [--seconds 5] [--rounds 3]
-                          [--workers N] [--replicas N]
+                          [--workers N] [--replicas N] [--paced] [--variant NAME:KEY=VALUE,...] [--waits]
+
+``--paced`` adds rounds of the same mix at about a fifth of saturation (issue 38): 8 connections, each
+waiting 20 ms (wrk's ``delay()``) after an answer before its next request, so nothing should queue; it
+reports p50, p99 and max beside the bare app at the same pace. Targets: p99 at most the bare app's + 3 ms,
+max at most 25 ms. ``--paced-only`` skips the saturation and sequential figures (for experiments).
+
+``--variant NAME:KEY=VALUE,...`` (repeatable) starts one more ``ci-sizer serve`` with that environment
+and measures it in the same alternating rounds, to compare a setting side by side (for instance
+``--variant quiet:CI_SIZER_JOBS_SUMMARY_SECONDS=3600,CI_SIZER_RETENTION_INTERVAL_SECONDS=3600``).
+``--waits`` samples pg_stat_activity and pg_locks every few ms during each paced ci-sizer round and prints
+what the service's backends were waiting on.
 
 ``--workers N`` runs each ``ci-sizer serve`` with N uvicorn workers. ``--replicas N`` starts N separate
 servers on distinct ports on the one PostgreSQL (and N bare apps), and drives them with N wrk processes
@@ -27,6 +38,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
+import asyncio
 import contextlib
 import http.client
 import json
@@ -34,11 +46,15 @@ import os
 import random
 import statistics
 import tempfile
+import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import httpx
 
 from bench import _load, _wrk
@@ -79,6 +95,36 @@ function request()
     j.org, j.repo, j.workflow, j.job, wrk.thread_tag, counter)
   return wrk.format("POST", "/api/v1/runs", {["Content-Type"] = "application/json"}, prefix .. identity .. suffix)
 end
+"""
+
+#: the paced mix: each connection waits ``args[4]`` ms after an answer before its next request (wrk
+#: measures a request's latency from its send, so the wait is not counted)
+PACED_SCRIPT = (
+    SCRIPT
+    + r"""
+local pace = 20
+local base_init = init
+function init(args)
+  base_init(args)
+  pace = tonumber(args[4]) or 20
+end
+
+function delay()
+  return pace
+end
+"""
+)
+
+#: what the service's backends are doing, sampled (``--waits``): active ones by wait event (none: on
+#: CPU), and the locks anyone waits for
+WAITS_QUERY = r"""
+SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'running') AS what,
+    CASE WHEN a.query LIKE '%INSERT INTO runs%' THEN 'POST' WHEN a.query LIKE '%job_state%' THEN 'GET/state'
+        ELSE left(regexp_replace(a.query, '\s+', ' ', 'g'), 40) END AS query
+FROM pg_stat_activity a
+WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.state = 'active'
+UNION ALL
+SELECT 'lock wait:' || l.locktype || ':' || l.mode, '' FROM pg_locks l WHERE NOT l.granted
 """
 
 
@@ -145,8 +191,22 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn workers per server")
     parser.add_argument("--replicas", type=int, default=1, help="servers on distinct ports, one PostgreSQL")
+    parser.add_argument("--paced", action="store_true", help="also the mix paced at about a fifth of saturation")
+    parser.add_argument("--paced-only", action="store_true", help="only the paced rounds (experiments)")
+    parser.add_argument("--paced-connections", type=int, default=8)
+    parser.add_argument("--pace-ms", type=int, default=20, help="each connection's wait after an answer")
+    parser.add_argument("--paced-seconds", type=float, default=10)
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="one more ci-sizer with this environment, in the same rounds",
+    )
+    parser.add_argument("--waits", action="store_true", help="sample pg_stat_activity/pg_locks in ci-sizer rounds")
     parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
     args = parser.parse_args()
+    args.paced = args.paced or args.paced_only
     if not _wrk.available():
         sys.exit("wrk is not installed: apt-get install wrk")
 
@@ -166,12 +226,50 @@ def main() -> None:
     finally:
         if owned is not None:
             owned.close()
-    ours, bare = figures["ci-sizer"], figures["bare FastAPI"]
-    ratio = ours["rps"] / bare["rps"]
+    rows: list[dict[str, Any]] = []
+    notes = [f"load average during the run (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores, shared)"]
+    names = ["bare FastAPI", "ci-sizer", *(v.split(":", 1)[0] for v in args.variant)]
+    if "saturation" in figures:
+        rows += saturation_rows(figures, names, args, notes)
+    if "paced" in figures:
+        rows += paced_rows(figures["paced"], names, args, notes)
+    for name, counts in figures.get("waits", {}).items():
+        total = sum(counts.values()) or 1
+        print(f"\nwhat {name}'s active backends were doing ({total} samples of active backends and lock waits):")
+        for (what, query), n in sorted(counts.items(), key=lambda kv: -kv[1])[:15]:
+            print(f"  {n / total:>6.1%}  {what:<40} {query}")
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    name = (
+        "mixed"
+        if args.workers == 1 and args.replicas == 1
+        else "mixed-replicas"
+        if args.replicas > 1
+        else "mixed-workers"
+    )
+    if name != "mixed":  # the targets are for one worker; this run shows how the path scales
+        for row in rows:
+            row["target"], row["result"] = "(reported)", "-"
+        rows = rows[:1]
+    save(args.results, name, rows, notes)
+
+
+def saturation_rows(
+    figures: dict[str, Any], names: list[str], args: argparse.Namespace, notes: list[str]
+) -> list[dict[str, Any]]:
+    sat = figures["saturation"]
+    bare = sat["bare FastAPI"]
     print()
-    print(f"{'':<16}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
-    for name, fig in (("bare FastAPI", bare), ("ci-sizer", ours)):
-        print(f"{name:<16}{fig['rps']:>10.0f}{fig['p50_ms']:>10.2f}{fig['p99_ms']:>10.2f}{fig['errors']:>8}")
+    print(f"saturation, {args.connections} connections")
+    print(f"{'':<16}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'errors':>8}")
+    for name in names:
+        fig = sat[name]
+        print(
+            f"{name:<16}{fig['rps']:>10.0f}{fig['p50_ms']:>10.2f}{fig['p99_ms']:>10.2f}{fig['max_ms']:>10.2f}{fig['errors']:>8}"
+        )
+    for name in names[2:]:
+        print(f"ratio {name} / ci-sizer: {sat[name]['rps'] / sat['ci-sizer']['rps']:.2f}")
+    ours = sat["ci-sizer"]
+    ratio = ours["rps"] / bare["rps"]
     ok = ratio >= 0.5 and ours["p99_ms"] <= 50
     print(
         f"ratio ci-sizer / bare: {ratio:.2f}; p99 {ours['p99_ms']:.2f} ms (target ratio >= 0.5, p99 <= 50 ms: {verdict(ok)})"
@@ -180,10 +278,16 @@ def main() -> None:
     get_ok, post_ok = seq["get_miss_p50_ms"] <= 1.5, seq["post_p50_ms"] <= 2.5
     print(
         f"sequential: missing GET p50 {seq['get_miss_p50_ms']:.2f} ms (target <= 1.5: {verdict(get_ok)}), "
-        f"POST of {SAMPLES} samples p50 {seq['post_p50_ms']:.2f} ms (target <= 2.5: {verdict(post_ok)}); "
-        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+        f"POST of {SAMPLES} samples p50 {seq['post_p50_ms']:.2f} ms (target <= 2.5: {verdict(post_ok)})"
     )
-    rows = [
+    if "app_cpu_us" in ours and "app_cpu_us" in bare:
+        cpu = (
+            f"CPU per request at saturation (median of the rounds, from /proc): ci-sizer {ours['app_cpu_us']:.0f} us in "
+            f"the app and {ours['pg_cpu_us']:.0f} us in PostgreSQL; the bare app {bare['app_cpu_us']:.0f} us"
+        )
+        print(cpu)
+        notes.append(cpu)
+    return [
         {
             "figure": (
                 f"mixed build path: half POST runs ({SAMPLES} samples), half GET sizing, {args.jobs} jobs, "
@@ -196,8 +300,10 @@ def main() -> None:
             "ratio": round(ratio, 2),
             "ci_sizer_p50_ms": round(ours["p50_ms"], 2),
             "ci_sizer_p99_ms": round(ours["p99_ms"], 2),
+            "ci_sizer_max_ms": round(ours["max_ms"], 1),
             "bare_p50_ms": round(bare["p50_ms"], 2),
             "bare_p99_ms": round(bare["p99_ms"], 2),
+            "bare_max_ms": round(bare["max_ms"], 1),
             "target": "ratio >= 0.5, p99 <= 50 ms",
             "result": verdict(ok),
         },
@@ -214,49 +320,112 @@ def main() -> None:
             "result": verdict(post_ok),
         },
     ]
-    notes = [f"load average during the run (1, 5, 15 min): {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (2 cores, shared)"]
-    if "app_cpu_us" in ours and "app_cpu_us" in bare:
-        cpu = (
-            f"CPU per request (median of the rounds, from /proc): ci-sizer {ours['app_cpu_us']:.0f} us in the app and "
-            f"{ours['pg_cpu_us']:.0f} us in PostgreSQL; the bare app {bare['app_cpu_us']:.0f} us"
+
+
+def paced_rows(
+    paced: dict[str, dict[str, float]], names: list[str], args: argparse.Namespace, notes: list[str]
+) -> list[dict[str, Any]]:
+    bare, ours = paced["bare FastAPI"], paced["ci-sizer"]
+    print()
+    print(f"paced: {args.paced_connections} connections, each {args.pace_ms} ms between an answer and its next request")
+    print(f"{'':<16}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'errors':>8}")
+    for name in names:
+        fig = paced[name]
+        print(
+            f"{name:<16}{fig['rps']:>10.0f}{fig['p50_ms']:>10.2f}{fig['p99_ms']:>10.2f}{fig['max_ms']:>10.2f}{fig['errors']:>8}"
         )
-        print(cpu)
-        notes.append(cpu)
-    name = (
-        "mixed"
-        if args.workers == 1 and args.replicas == 1
-        else "mixed-replicas"
-        if args.replicas > 1
-        else "mixed-workers"
+    ok = ours["p99_ms"] <= bare["p99_ms"] + 3 and ours["max_ms"] <= 25
+    print(
+        f"paced ci-sizer: p99 {ours['p99_ms']:.2f} ms vs bare {bare['p99_ms']:.2f} + 3, max {ours['max_ms']:.1f} ms "
+        f"(target max <= 25 ms): {verdict(ok)}"
     )
-    if name != "mixed":  # the targets are for one worker; this run shows how the path scales
-        rows[0]["target"], rows[0]["result"] = "(reported)", "-"
-        rows = rows[:1]
-    save(args.results, name, rows, notes)
+    notes.append(
+        f"paced: {args.paced_connections} connections, each waiting {args.pace_ms} ms (wrk's delay()) after an "
+        f"answer, {args.paced_seconds:g} s a round; max is the median of the rounds' maxima"
+    )
+    return [
+        {
+            "figure": (
+                f"the same mix paced: {args.paced_connections} connections, {args.pace_ms} ms apart "
+                f"(about a fifth of saturation), {args.workers} worker(s), PostgreSQL"
+            ),
+            "ci_sizer_rps": round(ours["rps"]),
+            "bare_rps": round(bare["rps"]),
+            "ci_sizer_p50_ms": round(ours["p50_ms"], 2),
+            "ci_sizer_p99_ms": round(ours["p99_ms"], 2),
+            "ci_sizer_max_ms": round(ours["max_ms"], 1),
+            "bare_p50_ms": round(bare["p50_ms"], 2),
+            "bare_p99_ms": round(bare["p99_ms"], 2),
+            "bare_max_ms": round(bare["max_ms"], 1),
+            "target": "p99 <= bare p99 + 3 ms, max <= 25 ms",
+            "result": verdict(ok),
+        }
+    ]
 
 
-def bench(
-    url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.Namespace
-) -> dict[str, dict[str, float]]:
-    def measure(servers: str, seed: int) -> dict[str, Any]:
+class Waits:
+    """``WAITS_QUERY`` every ``every`` seconds on a thread of its own while ``sampling`` (``--waits``)."""
+
+    def __init__(self, url: str, every: float = 0.004) -> None:
+        self.dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        self.every = every
+        self.counts: dict[str, Counter[tuple[str, str]]] = {}
+
+    @contextlib.contextmanager
+    def sampling(self, name: str) -> Iterator[None]:
+        counts = self.counts.setdefault(name, Counter())
+        stop = threading.Event()
+
+        async def sample() -> None:
+            conn = await asyncpg.connect(self.dsn)
+            try:
+                while not stop.is_set():
+                    for row in await conn.fetch(WAITS_QUERY):
+                        counts[(row["what"], row["query"])] += 1
+                    await asyncio.sleep(self.every)
+            finally:
+                await conn.close()
+
+        thread = threading.Thread(target=lambda: asyncio.run(sample()), daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+
+def bench(url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
+    waits = Waits(url) if args.waits else None
+
+    def measure(servers: str, seed: int, *, paced: bool = False) -> dict[str, Any]:
         # CPU per request: the app's processes (with uvicorn's workers) and PostgreSQL's, over the round
         before = cpu_seconds(pids[servers])
-        fig = load(servers, seed)
+        name = names[servers]
+        with (
+            waits.sampling(name) if waits is not None and name != "bare FastAPI" and paced else contextlib.nullcontext()
+        ):
+            fig = load(servers, seed, paced)
         after = cpu_seconds(pids[servers])
         if fig["requests"]:
             fig["app_cpu_us"] = (after[0] - before[0]) / fig["requests"] * 1e6
             fig["pg_cpu_us"] = (after[1] - before[1]) / fig["requests"] * 1e6
         return fig
 
-    def load(servers: str, seed: int) -> dict[str, Any]:
+    def load(servers: str, seed: int, paced: bool) -> dict[str, Any]:
         urls = servers.split(" ")
-        share = [
-            args.connections // len(urls) + (1 if i < args.connections % len(urls) else 0) for i in range(len(urls))
-        ]
+        connections = args.paced_connections if paced else args.connections
+        share = [connections // len(urls) + (1 if i < connections % len(urls) else 0) for i in range(len(urls))]
 
         def one(i: int) -> dict[str, Any]:
-            script_args = [str(jobs_file), str(body_file), str(seed * 100 + i)]
-            return _wrk.run_script(urls[i], SCRIPT, script_args, seconds=args.seconds, connections=share[i])
+            script_args = [str(jobs_file), str(body_file), str(seed * 100 + i), str(args.pace_ms)]
+            return _wrk.run_script(
+                urls[i],
+                PACED_SCRIPT if paced else SCRIPT,
+                script_args,
+                seconds=args.paced_seconds if paced else args.seconds,
+                connections=share[i],
+            )
 
         if len(urls) == 1:
             return one(0)
@@ -266,6 +435,7 @@ def bench(
             "rps": sum(f["rps"] for f in figs),
             "p50_ms": statistics.median(f["p50_ms"] for f in figs),
             "p99_ms": max(f["p99_ms"] for f in figs),
+            "max_ms": max(f["max_ms"] for f in figs),
             "errors": sum(f["errors"] for f in figs),
             "requests": sum(f["requests"] for f in figs),
         }
@@ -288,12 +458,25 @@ def bench(
             servers["bare FastAPI"]: [b.proc.pid for b in bare if b.proc is not None],
             servers["ci-sizer"]: [o.proc.pid for o in ours if o.proc is not None],
         }
-        figures: dict[str, dict[str, float]] = rounds(
-            servers,
-            args.rounds,
-            measure,
-        )
-        figures["sequential"] = sequential(ours[0].url, body_file.read_bytes(), args.jobs)
+        for variant in args.variant:
+            name, _, assignments = variant.partition(":")
+            env = dict(a.split("=", 1) for a in assignments.split(",") if a)
+            others = [
+                stack.enter_context(LiveServer(url, *flags, log=tmp / f"{name}-{i}.log", env=env))
+                for i in range(args.replicas)
+            ]
+            servers[name] = " ".join(o.url for o in others)
+            pids[servers[name]] = [o.proc.pid for o in others if o.proc is not None]
+        names = {address: name for name, address in servers.items()}
+        figures: dict[str, Any] = {}
+        if not args.paced_only:
+            figures["saturation"] = rounds(servers, args.rounds, measure)
+            figures["sequential"] = sequential(ours[0].url, body_file.read_bytes(), args.jobs)
+        if args.paced:
+            print("paced rounds", flush=True)
+            figures["paced"] = rounds(servers, args.rounds, lambda s, seed: measure(s, seed, paced=True))
+        if waits is not None:
+            figures["waits"] = waits.counts
         return figures
 
 

@@ -26,7 +26,9 @@ the job noted for retention and for its summary, the ingest metrics.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -238,11 +240,12 @@ class FastRuns:
         state = self.state
         settings = state.settings
         args = arguments(prepared, now=utcnow(), origin=state.answers.origin)
+        marks: list[float] | None = [time.perf_counter()] if settings.slow_post_log_ms else None
         try:
             # the deadline inline (see sizing/fastpath.py): a cancelled statement's connection is
             # terminated, so the server rolls back whatever did not commit
             async with asyncio.timeout(settings.write_timeout):
-                row = await _execute(pool, args)
+                row = await (_execute(pool, args) if marks is None else _execute_timed(pool, args, marks))
         except TimeoutError:
             await _send(
                 send,
@@ -278,6 +281,8 @@ class FastRuns:
             }
         )
         await send({"type": "http.response.body", "body": content})
+        if marks is not None:
+            _log_phases(settings.slow_post_log_ms, marks)
         return True
 
 
@@ -297,6 +302,40 @@ async def _execute(pool: Pool, args: list[Any]) -> tuple[int, int] | None:
                 return None if row["run_pk"] is None else (row["job_id"], row["run_pk"])
             # the job was created concurrently, after this statement's snapshot: again, which sees it
     return None
+
+
+async def _execute_timed(pool: Pool, args: list[Any], marks: list[float]) -> tuple[int, int] | None:
+    """``_execute`` with its phases marked (``CI_SIZER_SLOW_POST_LOG_MS``, a debug aid): the pool's
+    checkout, the statement, the commit. The statement runs in an explicit transaction here (BEGIN,
+    the statement, COMMIT: two more round trips) so that the commit's own wait shows apart."""
+    async with pool.acquire() as conn:
+        marks.append(time.perf_counter())  # checked out
+        async with conn.transaction():
+            found: tuple[int, int] | None = None
+            for _ in range(3):
+                row = await conn.fetchrow(STATEMENT, *args)
+                if row["job_id"] is not None:
+                    found = None if row["run_pk"] is None else (row["job_id"], row["run_pk"])
+                    break
+            marks.append(time.perf_counter())  # BEGIN and the statement done
+        marks.append(time.perf_counter())  # committed
+    return found
+
+
+def _log_phases(threshold_ms: float, marks: list[float]) -> None:
+    """One line for a POST whose phases took ``threshold_ms`` or more in all."""
+    marks.append(time.perf_counter())  # answered
+    if len(marks) < 5 or (marks[-1] - marks[0]) * 1000 < threshold_ms:
+        return
+    checkout, statement, commit, answer = ((b - a) * 1000 for a, b in itertools.pairwise(marks))
+    log.warning(
+        "slow POST of a run: %.1f ms (pool checkout %.1f, statement %.1f, commit %.1f, release and answer %.1f)",
+        (marks[-1] - marks[0]) * 1000,
+        checkout,
+        statement,
+        commit,
+        answer,
+    )
 
 
 def _window(settings: Any) -> dict[str, Any]:

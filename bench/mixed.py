@@ -184,6 +184,9 @@ def sequential(base_url: str, body: bytes, jobs: int, n: int = 300) -> dict[str,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="a PostgreSQL server (a database ci_sizer_bench_mixed is made on it)")
+    parser.add_argument(
+        "--database-name", default="ci_sizer_bench_mixed", help="the database made (dropped first) on that server"
+    )
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--runs-per-job", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=5)
@@ -212,7 +215,7 @@ def main() -> None:
 
     server, owned = _load.server_url(args.database_url)
     try:
-        url = _load.run(_load.fresh_database(server, "ci_sizer_bench_mixed"))
+        url = _load.run(_load.fresh_database(server, args.database_name))
         print(f"loading {args.jobs:,} jobs x {args.runs_per_job} runs ...", flush=True)
         _load.run(_load.load(url, jobs=args.jobs, runs_per_job=args.runs_per_job))
         with tempfile.TemporaryDirectory() as tmp_name:
@@ -418,7 +421,9 @@ def bench(url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.
         share = [connections // len(urls) + (1 if i < connections % len(urls) else 0) for i in range(len(urls))]
 
         def one(i: int) -> dict[str, Any]:
-            script_args = [str(jobs_file), str(body_file), str(seed * 100 + i), str(args.pace_ms)]
+            # run ids differ between the servers too (they share the database: the same ids would be duplicates)
+            salt = list(names).index(servers) * 10_000
+            script_args = [str(jobs_file), str(body_file), str(salt + seed * 100 + i), str(args.pace_ms)]
             return _wrk.run_script(
                 urls[i],
                 PACED_SCRIPT if paced else SCRIPT,

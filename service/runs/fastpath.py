@@ -371,4 +371,3 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-

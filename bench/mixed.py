@@ -63,6 +63,8 @@ from bench.http import BareApp, rounds
 from tests.live import LiveServer
 
 SAMPLES = 120
+#: the paced rounds' stand-in for PostgreSQL alone (``pg_floor``)
+FLOOR = "postgresql-alone"
 
 # wrk picks a job at random for every request, and a POST of a new run of it or a GET of its sizing
 # at random (half each); a POST's body is the job's identity and a unique run id around a fixed run.
@@ -124,7 +126,11 @@ SELECT coalesce(a.wait_event_type || ':' || a.wait_event, 'running') AS what,
 FROM pg_stat_activity a
 WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() AND a.state = 'active'
 UNION ALL
-SELECT 'lock wait:' || l.locktype || ':' || l.mode, '' FROM pg_locks l WHERE NOT l.granted
+SELECT 'lock wait:' || l.locktype || ':' || l.mode,
+    'behind: ' || coalesce((SELECT CASE WHEN b.query LIKE '%INSERT INTO runs%' THEN 'POST'
+        ELSE left(regexp_replace(b.query, '\s+', ' ', 'g'), 40) END
+        FROM pg_stat_activity b WHERE b.pid = (pg_blocking_pids(l.pid))[1]), '?')
+FROM pg_locks l WHERE NOT l.granted
 """
 
 
@@ -143,7 +149,7 @@ def run_body(seed: int = 1) -> bytes:
     return ("{@JOB@, " + rest[1:]).encode()
 
 
-def sequential(base_url: str, body: bytes, jobs: int, n: int = 300) -> dict[str, float]:
+def sequential(base_url: str, body: bytes, jobs: int, n: int = 300, tag: str = "seq") -> dict[str, float]:
     """One client, one kept-alive connection, nothing else in flight: for each of ``n`` requests a
     POST of a new run of a job (120 samples), then a GET of that job's sizing, which misses the
     answer cache since the POST invalidated it. The p50 of each, in ms, as the client sees them."""
@@ -155,7 +161,7 @@ def sequential(base_url: str, body: bytes, jobs: int, n: int = 300) -> dict[str,
         for i in range(n):
             org, repo, workflow, job = _load.job_key(i % jobs)
             identity = (
-                f'"org": "{org}", "repo": "{repo}", "workflow": "{workflow}", "job": "{job}", "run_id": "seq-{i}"'
+                f'"org": "{org}", "repo": "{repo}", "workflow": "{workflow}", "job": "{job}", "run_id": "{tag}-{i}"'
             )
             content = body.replace(b"@JOB@", identity.encode())
             started = time.perf_counter()
@@ -332,11 +338,16 @@ def paced_rows(
     print()
     print(f"paced: {args.paced_connections} connections, each {args.pace_ms} ms between an answer and its next request")
     print(f"{'':<16}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}{'errors':>8}")
-    for name in names:
+    for name in [*names, "PostgreSQL alone"]:
         fig = paced[name]
         print(
             f"{name:<16}{fig['rps']:>10.0f}{fig['p50_ms']:>10.2f}{fig['p99_ms']:>10.2f}{fig['max_ms']:>10.2f}{fig['errors']:>8}"
         )
+    floor = paced["PostgreSQL alone"]
+    notes.append(
+        f"paced floor, PostgreSQL alone ({args.paced_connections} clients each inserting a row and committing, "
+        f"{args.pace_ms} ms apart): p50 {floor['p50_ms']:.2f} ms, p99 {floor['p99_ms']:.2f} ms, max {floor['max_ms']:.1f} ms"
+    )
     ok = ours["p99_ms"] <= bare["p99_ms"] + 3 and ours["max_ms"] <= 25
     print(
         f"paced ci-sizer: p99 {ours['p99_ms']:.2f} ms vs bare {bare['p99_ms']:.2f} + 3, max {ours['max_ms']:.1f} ms "
@@ -364,6 +375,43 @@ def paced_rows(
             "result": verdict(ok),
         }
     ]
+
+
+def pg_floor(url: str, *, clients: int, pace_ms: int, seconds: float) -> dict[str, Any]:
+    """PostgreSQL alone at the paced mix's shape: ``clients`` connections, each inserting one row and
+    committing (a disk flush), then waiting ``pace_ms``: what a POST's commit costs at best here."""
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+
+    async def main() -> list[float]:
+        setup = await asyncpg.connect(dsn)
+        await setup.execute("CREATE TABLE IF NOT EXISTS bench_floor (id bigserial PRIMARY KEY, at timestamptz)")
+        await setup.close()
+        times: list[float] = []
+        end = time.monotonic() + seconds
+
+        async def client() -> None:
+            conn = await asyncpg.connect(dsn)
+            try:
+                while time.monotonic() < end:
+                    started = time.perf_counter()
+                    await conn.execute("INSERT INTO bench_floor (at) VALUES (now())")
+                    times.append(time.perf_counter() - started)
+                    await asyncio.sleep(pace_ms / 1000)
+            finally:
+                await conn.close()
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+        return times
+
+    times = sorted(asyncio.run(main()))
+    return {
+        "rps": len(times) / seconds,
+        "p50_ms": times[len(times) // 2] * 1000,
+        "p99_ms": times[int(len(times) * 0.99)] * 1000,
+        "max_ms": times[-1] * 1000,
+        "errors": 0,
+        "requests": len(times),
+    }
 
 
 class Waits:
@@ -403,6 +451,8 @@ def bench(url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.
 
     def measure(servers: str, seed: int, *, paced: bool = False) -> dict[str, Any]:
         # CPU per request: the app's processes (with uvicorn's workers) and PostgreSQL's, over the round
+        if servers == FLOOR:
+            return pg_floor(url, clients=args.paced_connections, pace_ms=args.pace_ms, seconds=args.paced_seconds)
         before = cpu_seconds(pids[servers])
         name = names[servers]
         with (
@@ -477,9 +527,16 @@ def bench(url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.
         if not args.paced_only:
             figures["saturation"] = rounds(servers, args.rounds, measure)
             figures["sequential"] = sequential(ours[0].url, body_file.read_bytes(), args.jobs)
+            for name in list(servers)[2:]:  # the variants' first servers, with run ids of their own
+                seq = sequential(servers[name].split(" ")[0], body_file.read_bytes(), args.jobs, tag=f"seq-{name}")
+                print(
+                    f"sequential {name}: missing GET p50 {seq['get_miss_p50_ms']:.2f} ms, POST p50 {seq['post_p50_ms']:.2f} ms"
+                )
         if args.paced:
             print("paced rounds", flush=True)
-            figures["paced"] = rounds(servers, args.rounds, lambda s, seed: measure(s, seed, paced=True))
+            # other seeds than the saturation rounds' (the same seed repeats the run ids: duplicates)
+            paced = {**servers, "PostgreSQL alone": FLOOR}
+            figures["paced"] = rounds(paced, args.rounds, lambda s, seed: measure(s, seed + 50, paced=True))
         if waits is not None:
             figures["waits"] = waits.counts
         return figures

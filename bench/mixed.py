@@ -213,6 +213,7 @@ def main() -> None:
         help="one more ci-sizer with this environment, in the same rounds",
     )
     parser.add_argument("--waits", action="store_true", help="sample pg_stat_activity/pg_locks in ci-sizer rounds")
+    parser.add_argument("--logs", help="keep the servers' logs in this directory (default: a temporary one)")
     parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
     args = parser.parse_args()
     args.paced = args.paced or args.paced_only
@@ -496,16 +497,18 @@ def bench(url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.
         }
 
     flags = ("--log-level", "info", "--workers", str(args.workers))  # production defaults: access lines to a file
+    logs = Path(args.logs) if args.logs else tmp
+    logs.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         ours = [
-            stack.enter_context(LiveServer(url, *flags, log=tmp / f"ci-sizer-{i}.log")) for i in range(args.replicas)
+            stack.enter_context(LiveServer(url, *flags, log=logs / f"ci-sizer-{i}.log")) for i in range(args.replicas)
         ]
         answer = httpx.get(ours[0].url + _load.sizing_path(0), timeout=10)
         answer.raise_for_status()
         (tmp / "answer.json").write_bytes(answer.content)
         print(f"answer body: {len(answer.content)} bytes", flush=True)
         bare = [
-            stack.enter_context(BareApp(tmp / "answer.json", tmp / f"bare-{i}.log", workers=args.workers))
+            stack.enter_context(BareApp(tmp / "answer.json", logs / f"bare-{i}.log", workers=args.workers))
             for i in range(args.replicas)
         ]
         servers = {"bare FastAPI": " ".join(b.url for b in bare), "ci-sizer": " ".join(o.url for o in ours)}
@@ -517,7 +520,7 @@ def bench(url: str, jobs_file: Path, body_file: Path, tmp: Path, args: argparse.
             name, _, assignments = variant.partition(":")
             env = dict(a.split("=", 1) for a in assignments.split(",") if a)
             others = [
-                stack.enter_context(LiveServer(url, *flags, log=tmp / f"{name}-{i}.log", env=env))
+                stack.enter_context(LiveServer(url, *flags, log=logs / f"{name}-{i}.log", env=env))
                 for i in range(args.replicas)
             ]
             servers[name] = " ".join(o.url for o in others)

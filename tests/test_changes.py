@@ -151,3 +151,23 @@ async def test_a_run_posted_to_one_worker_is_announced_to_another(make_client: A
         while not await a_sees_it():
             assert loop.time() < deadline, f"{JOB} not announced to the other worker"
             await asyncio.sleep(0.02)
+
+
+async def test_a_run_stored_by_the_route_is_announced_after_its_commit(make_client: Any, db_url: str) -> None:
+    # a batch (or a large body, or a run with growth events) is stored by the route, not the build
+    # path's statement: it is announced the same way, by the worker's Notifier after the commit
+    if not db_url.startswith("postgresql"):
+        pytest.skip("the change feed is PostgreSQL's LISTEN/NOTIFY")
+    async with make_client() as a, make_client() as b:
+        await a.get(sizing_path())
+        before = b.app.state.notifier.batches
+        r = await b.post("/api/v1/runs:batch", json={"runs": [run(1, container(mem=300 * MIB))]})
+        assert r.status_code == 200, r.text
+        assert r.json()["created"] == 1
+        assert b.app.state.notifier.batches > before
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while (await a.get(sizing_path())).json()["meta"]["clean_samples"] != 1:
+            assert loop.time() < deadline, "the batch's run was not announced to the other worker"
+            await asyncio.sleep(0.02)

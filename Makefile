@@ -39,7 +39,7 @@ DB_FLAG = $(if $(BENCH_DATABASE_URL),--database-url $(BENCH_DATABASE_URL),)
 bench: $(PY)  ## all benches (under 10 minutes); writes bench/RESULTS.md
 	$(PY) -m pip install -q -e '.[bench]'
 	mkdir -p bench/out
-	$(PY) bench/mixed.py $(DB_FLAG) --results bench/out/mixed.json
+	$(PY) bench/mixed.py $(DB_FLAG) --paced --results bench/out/mixed.json
 	$(PY) bench/mixed.py $(DB_FLAG) --workers 2 --results bench/out/mixed-workers.json
 	$(PY) bench/mixed.py $(DB_FLAG) --replicas 2 --results bench/out/mixed-replicas.json
 	$(PY) bench/core.py --results bench/out/core.json

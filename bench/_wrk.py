@@ -42,8 +42,8 @@ DONE = r"""
 function done(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    "WRKJSON {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p99_us\": %d, \"errors\": %d, \"non_2xx\": %d}\n",
-    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99),
+    "WRKJSON {\"requests\": %d, \"duration_us\": %d, \"p50_us\": %d, \"p99_us\": %d, \"max_us\": %d, \"errors\": %d, \"non_2xx\": %d}\n",
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(99), latency.max,
     e.connect + e.read + e.write + e.timeout, e.status))
 end
 """
@@ -69,7 +69,7 @@ def run(
 
 
 def run_script(url: str, script: str, args: list[str], *, seconds: float, connections: int) -> dict[str, Any]:
-    """``wrk`` with a Lua ``script`` (``DONE`` is appended) and its ``args``: requests/s, p50/p99
+    """``wrk`` with a Lua ``script`` (``DONE`` is appended) and its ``args``: requests/s, p50/p99/max
     in ms, errors (non-2xx answers included)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp, "bench.lua")
@@ -98,6 +98,7 @@ def run_script(url: str, script: str, args: list[str], *, seconds: float, connec
         "rps": raw["requests"] / (raw["duration_us"] / 1e6),
         "p50_ms": raw["p50_us"] / 1000,
         "p99_ms": raw["p99_us"] / 1000,
+        "max_ms": raw["max_us"] / 1000,
         "errors": raw["errors"] + raw["non_2xx"],
         "requests": raw["requests"],
     }

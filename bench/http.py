@@ -141,11 +141,12 @@ def rounds(
         for name, url in servers.items():
             fig = measure(url, r + 1)
             results[name].append(fig)
+            peak = f"  max {fig['max_ms']:.2f} ms" if "max_ms" in fig else ""
             print(
-                f"  round {r + 1} {name:<16} {fig['rps']:>8.0f} req/s  p50 {fig['p50_ms']:.2f} ms  p99 {fig['p99_ms']:.2f} ms  errors {fig['errors']}",
+                f"  round {r + 1} {name:<16} {fig['rps']:>8.0f} req/s  p50 {fig['p50_ms']:.2f} ms  p99 {fig['p99_ms']:.2f} ms{peak}  errors {fig['errors']}",
                 flush=True,
             )
-    medians = ("rps", "p50_ms", "p99_ms", "app_cpu_us", "pg_cpu_us")  # the last two where measured
+    medians = ("rps", "p50_ms", "p99_ms", "max_ms", "app_cpu_us", "pg_cpu_us")  # the last three where measured
     return {
         name: {
             **{k: statistics.median(f[k] for f in figs) for k in medians if all(k in f for f in figs)},

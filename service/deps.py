@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.analyses import Room
 from service.auth import TokenStore
 from service.cache import AnswerCache
+from service.changes import Notifier
 from service.jobs.summaries import SummaryRefresher
 from service.observability.fleet import FleetTracker
 from service.runs.bodies import Reducer
@@ -52,6 +53,12 @@ def fleet(request: Request) -> FleetTracker:
     return cast(FleetTracker, request.app.state.fleet)
 
 
+def notifier(request: Request) -> Notifier | None:
+    """The worker's announcer of committed runs (PostgreSQL; None on SQLite)."""
+    found: Notifier | None = getattr(request.app.state, "notifier", None)
+    return found
+
+
 def summaries(request: Request) -> SummaryRefresher:
     return cast(SummaryRefresher, request.app.state.summaries)
 
@@ -83,6 +90,7 @@ TokensDep = Annotated[TokenStore, Depends(tokens)]
 PolicyDep = Annotated[Policy, Depends(policy)]
 FleetDep = Annotated[FleetTracker, Depends(fleet)]
 SummariesDep = Annotated[SummaryRefresher, Depends(summaries)]
+NotifierDep = Annotated[Notifier | None, Depends(notifier)]
 PrunerDep = Annotated[Pruner, Depends(pruner)]
 JobIdsDep = Annotated[JobIds, Depends(job_ids)]
 AnalysisRoomDep = Annotated[Room, Depends(analysis_room)]

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service import __version__, analyses, core, shutdown
 from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
-from service.changes import ChangeFeed
+from service.changes import ChangeFeed, Notifier
 from service.connections import Bounds
 from service.db import POOL_SIZE, SESSION_SETTINGS, build_engine, build_sessionmaker, is_local_postgres
 from service.errors import HeadersTooLarge, install_error_handlers, problem_responses
@@ -137,6 +137,9 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
             )
             app.state.change_feed = ChangeFeed(app.state.answers, settings.database_url)
             tasks.append(asyncio.create_task(app.state.change_feed.run(), name="change feed"))
+            # the build path's runs, announced after their commits, many in one notification (issue 38)
+            app.state.notifier = Notifier(app.state.pgpool, app.state.answers.origin)
+            tasks.append(asyncio.create_task(app.state.notifier.run(), name="change announcements"))
         log.info(
             "ci-sizer %s starting: core backend=%s, database=%s, auth=%s",
             __version__,
@@ -160,6 +163,9 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
             app.state.bodies.close()
 
             async def last_writes() -> None:
+                notifier: Notifier | None = getattr(app.state, "notifier", None)
+                if notifier is not None:  # what the stopped task had not sent yet
+                    await notifier.flush()
                 await app.state.fleet.flush(write_maker)
                 await pruner.run_once(write_maker, app.state.answers, recover=False)
 

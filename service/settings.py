@@ -146,6 +146,13 @@ class Settings(BaseSettings):
         default=16 * 1024, ge=1024, le=1 << 20, description="request line and headers, in bytes (then 431)"
     )
     listen_backlog: int = Field(default=256, ge=1, le=65535, description="connections the kernel queues for accept")
+    # a debug aid (issue 38): off by default, and then it costs one comparison per POST
+    slow_post_log_ms: float = Field(
+        default=0.0,
+        ge=0,
+        le=60_000,
+        description="debug: log the phases of a POST of a run that takes at least this long, in ms (0: off)",
+    )
 
     @field_validator("database_url")
     @classmethod

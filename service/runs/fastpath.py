@@ -4,8 +4,10 @@ The route (``runs/router.py``) takes a session, a unit of work and about seven r
 the job's id, the run, its containers, NOTIFY, COMMIT). This pure-ASGI middleware stores a new run
 with one statement on the lean asyncpg pool (``service/pgpool.py``), in its implicit transaction:
 the job found or created, the run inserted ``ON CONFLICT DO NOTHING`` (rule I4), its containers from
-arrays (``unnest``), and ``pg_notify`` for the change feed, which PostgreSQL delivers only once that
-statement commits. One statement is atomic: a fault or a timeout stores all of it or nothing.
+arrays (``unnest``). One statement is atomic: a fault or a timeout stores all of it or nothing. Once it
+has committed, the worker's ``changes.Notifier`` announces the job to the other workers and replicas,
+in one notification for all the jobs committed meanwhile, and the POST answers when it is sent: a
+``pg_notify`` in the statement itself put every POST's commit behind one lock (issue 38).
 
 It only answers what it is sure of, and hands everything else, body and all, to the route, which
 answers as it always does (through the shared problem+json handlers):
@@ -26,7 +28,9 @@ the job noted for retention and for its summary, the ingest metrics.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +40,6 @@ from pydantic import ValidationError
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service import changes
 from service.auth import TokenStore, principal_from
 from service.db import DB_FAULTS
 from service.errors import PROBLEM_JSON, ServiceError, Unavailable, problem_response
@@ -55,8 +58,8 @@ PATH = "/api/v1/runs"
 log = logging.getLogger("ci_sizer.runs")
 _FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed)
 
-# $1-$4 the job's key, $5 now (created_at, ingested_at), $6-$12 the run, $13-$24 and $27-$28 its
-# containers as arrays, $25-$26 the notification, $29 the run's peak for the first-run prior (-1: none,
+# $1-$4 the job's key, $5 now (created_at, ingested_at), $6-$12 the run, $13-$26 its containers as
+# arrays, $27 the run's peak for the first-run prior (-1: none,
 # the run is no sample). A job created here by a concurrent request after this statement's snapshot
 # gives no job id (the insert does nothing on the unique key): the caller runs the statement again,
 # which sees it.
@@ -86,7 +89,7 @@ stored AS (
     SELECT run.id, c.* FROM run,
         unnest($13::integer[], $14::varchar[], $15::float8[], $16::float8[], $17::float8[], $18::float8[],
             $19::float8[], $20::float8[], $21::bigint[], $22::bigint[], $23::float8[], $24::boolean[],
-            $27::bigint[], $28::boolean[]) AS c
+            $25::bigint[], $26::boolean[]) AS c
     RETURNING 1
 ),
 state AS (
@@ -95,14 +98,13 @@ state AS (
     INSERT INTO job_state AS s ({job_state.COLUMNS})
     SELECT job.id, 1, CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN 1 END,
         CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $11::boolean THEN 1 ELSE 0 END END,
-        CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $29::bigint >= 0 THEN 1 ELSE 0 END END,
+        CASE WHEN EXISTS (SELECT 1 FROM created_job) THEN CASE WHEN $27::bigint >= 0 THEN 1 ELSE 0 END END,
         $9::bigint, CASE WHEN $9::bigint IS NOT NULL THEN $8::timestamp END,
         CASE WHEN $9::bigint IS NOT NULL THEN run.id END
     FROM job, run
-    {job_state.upsert_sql(clean="$11::boolean", sample="$29::bigint >= 0", node_memory="$9::bigint", finished_at="$8::timestamp")}
+    {job_state.upsert_sql(clean="$11::boolean", sample="$27::bigint >= 0", node_memory="$9::bigint", finished_at="$8::timestamp")}
     RETURNING s.samples
 ),
-notified AS (SELECT pg_notify($25::text, $26::text) FROM run),
 first_sample AS (
     -- rule E6: the run is its job's first stored sample (E1); counted by the job's state, or (an
     -- invalid state) no other stored run is one
@@ -113,21 +115,21 @@ first_sample AS (
         END AS first
 ),
 prior AS (
-    -- rule E6 (sizing/priors.py): the org's first-run prior, for a stored run that was not killed ($29 >= 0,
+    -- rule E6 (sizing/priors.py): the org's first-run prior, for a stored run that was not killed ($27 >= 0,
     -- its highest container peak): one more sampled job for the job's first sample, the higher peak.
     -- Written only when one of them changes (most runs change neither), after the job's state (the
     -- lock order of the route's ingest)
     INSERT INTO fleet_priors (org, sampled_jobs, peak_bytes, updated_at)
-    SELECT $1::varchar, 1, $29::bigint, $5::timestamp FROM (SELECT 1 FROM state LIMIT 1) AS after_state
-    WHERE $29::bigint >= 0 AND ((SELECT first FROM first_sample) OR NOT EXISTS (
-        SELECT 1 FROM fleet_priors p WHERE p.org = $1::varchar AND p.peak_bytes >= $29::bigint))
+    SELECT $1::varchar, 1, $27::bigint, $5::timestamp FROM (SELECT 1 FROM state LIMIT 1) AS after_state
+    WHERE $27::bigint >= 0 AND ((SELECT first FROM first_sample) OR NOT EXISTS (
+        SELECT 1 FROM fleet_priors p WHERE p.org = $1::varchar AND p.peak_bytes >= $27::bigint))
     ON CONFLICT (org) DO UPDATE SET
         sampled_jobs = fleet_priors.sampled_jobs + CASE WHEN (SELECT first FROM first_sample) THEN 1 ELSE 0 END,
         peak_bytes = greatest(fleet_priors.peak_bytes, EXCLUDED.peak_bytes),
         updated_at = EXCLUDED.updated_at
     RETURNING 1
 )
-SELECT (SELECT id FROM job) AS job_id, (SELECT id FROM run) AS run_pk, (SELECT count(*) FROM notified) AS notified,
+SELECT (SELECT id FROM job) AS job_id, (SELECT id FROM run) AS run_pk,
     (SELECT count(*) FROM prior) AS prior
 """
 _COLUMNS = (
@@ -141,11 +143,10 @@ _COLUMNS = (
 )
 
 
-def arguments(prepared: runs_service.PreparedRun, *, now: Any, origin: str) -> list[Any]:
+def arguments(prepared: runs_service.PreparedRun, *, now: Any) -> list[Any]:
     """The statement's arguments for one prepared run."""
     body = prepared.body
     rows = prepared.containers
-    payload = orjson.dumps({"origin": origin, "changed": [body.org, body.repo, body.workflow, body.job]}).decode()
     return [
         body.org,
         body.repo,
@@ -160,8 +161,6 @@ def arguments(prepared: runs_service.PreparedRun, *, now: Any, origin: str) -> l
         prepared.clean,
         prepared.content_hash,
         *([r[c] for r in rows] for c in _COLUMNS),
-        changes.CHANNEL,
-        payload,
         [r["oom_kill_events"] for r in rows],
         [r["oom_suspect"] for r in rows],
         priors.sample_peak(prepared.clean, [SimpleNamespace(**r) for r in rows]),
@@ -237,12 +236,13 @@ class FastRuns:
         route answers 200 or 409)."""
         state = self.state
         settings = state.settings
-        args = arguments(prepared, now=utcnow(), origin=state.answers.origin)
+        args = arguments(prepared, now=utcnow())
+        marks: list[float] | None = [time.perf_counter()] if settings.slow_post_log_ms else None
         try:
             # the deadline inline (see sizing/fastpath.py): a cancelled statement's connection is
             # terminated, so the server rolls back whatever did not commit
             async with asyncio.timeout(settings.write_timeout):
-                row = await _execute(pool, args)
+                row = await (_execute(pool, args) if marks is None else _execute_timed(pool, args, marks))
         except TimeoutError:
             await _send(
                 send,
@@ -259,8 +259,13 @@ class FastRuns:
         job_id, _run_pk = row
         body = prepared.body
         key = ScopeKey(body.org, body.repo, body.workflow, body.job)
-        # after the commit (the statement's own): this worker reads its own writes
+        # after the commit (the statement's own): this worker reads its own writes, the others are told
         state.answers.invalidate(key)
+        announced = state.notifier.note(key)
+        if marks is not None:
+            marks.append(time.perf_counter())
+        # the future itself is not cancelled by a timeout here (other POSTs wait for it too)
+        await asyncio.wait((announced,), timeout=settings.write_timeout)
         state.pruner.note(job_id, key)
         state.summaries.note(job_id, key)
         RUNS_CREATED.inc()
@@ -278,6 +283,8 @@ class FastRuns:
             }
         )
         await send({"type": "http.response.body", "body": content})
+        if marks is not None:
+            _log_phases(settings.slow_post_log_ms, marks)
         return True
 
 
@@ -297,6 +304,43 @@ async def _execute(pool: Pool, args: list[Any]) -> tuple[int, int] | None:
                 return None if row["run_pk"] is None else (row["job_id"], row["run_pk"])
             # the job was created concurrently, after this statement's snapshot: again, which sees it
     return None
+
+
+async def _execute_timed(pool: Pool, args: list[Any], marks: list[float]) -> tuple[int, int] | None:
+    """``_execute`` with its phases marked (``CI_SIZER_SLOW_POST_LOG_MS``, a debug aid): the pool's
+    checkout, the statement, the commit (then ``_store`` marks the wait for the change's announcement).
+    The statement runs in an explicit transaction here (BEGIN, the statement, COMMIT: two more round
+    trips) so that the commit's own wait shows apart."""
+    async with pool.acquire() as conn:
+        marks.append(time.perf_counter())  # checked out
+        async with conn.transaction():
+            found: tuple[int, int] | None = None
+            for _ in range(3):
+                row = await conn.fetchrow(STATEMENT, *args)
+                if row["job_id"] is not None:
+                    found = None if row["run_pk"] is None else (row["job_id"], row["run_pk"])
+                    break
+            marks.append(time.perf_counter())  # BEGIN and the statement done
+        marks.append(time.perf_counter())  # committed
+    return found
+
+
+def _log_phases(threshold_ms: float, marks: list[float]) -> None:
+    """One line for a POST whose phases took ``threshold_ms`` or more in all."""
+    marks.append(time.perf_counter())  # answered
+    if len(marks) < 6 or (marks[-1] - marks[0]) * 1000 < threshold_ms:
+        return
+    checkout, statement, commit, release, announce = ((b - a) * 1000 for a, b in itertools.pairwise(marks))
+    log.warning(
+        "slow POST of a run: %.1f ms (pool checkout %.1f, statement %.1f, commit %.1f, release %.1f, "
+        "announcement and answer %.1f)",
+        (marks[-1] - marks[0]) * 1000,
+        checkout,
+        statement,
+        commit,
+        release,
+        announce,
+    )
 
 
 def _window(settings: Any) -> dict[str, Any]:

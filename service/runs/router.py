@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
@@ -18,7 +19,7 @@ from pydantic import ValidationError
 from service import changes, deps
 from service.auth import AuthenticatedRoute, IngestPrincipal
 from service.db import UnitOfWork, WriteUnitOfWorkDep, bounded_write
-from service.deps import AnswersDep, JobIdsDep, PrunerDep, SettingsDep, SummariesDep
+from service.deps import AnswersDep, JobIdsDep, NotifierDep, PrunerDep, SettingsDep, SummariesDep
 from service.errors import (
     BadRequest,
     Conflict,
@@ -105,6 +106,7 @@ class Ingest:
     job_ids: JobIdsDep
     pruner: PrunerDep
     summaries: SummariesDep
+    notifier: NotifierDep
 
 
 IngestDep = Annotated[Ingest, Depends()]
@@ -131,7 +133,8 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     async def work() -> runs_service.Ingested:
         done = await runs_service.ingest(session=uow.session, body=body, job_ids=app.job_ids)
         if done.run.result == "created":
-            await changes.publish(uow.session, key, app.answers.origin)  # to other workers, on commit
+            if app.notifier is None:  # (SQLite: nobody to tell; PostgreSQL: after the commit, below)
+                await changes.publish(uow.session, key, app.answers.origin)
             # after the commit: this worker reads its own writes
             uow.after_commit(lambda: app.answers.invalidate(key))
             uow.after_commit(lambda: app.pruner.note(done.job_id, key))
@@ -146,6 +149,11 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
             f"the database did not commit the run within {settings.write_timeout:g}s; retry",
             headers={"Retry-After": "2"},
         ) from None
+    if done.run.result == "created" and app.notifier is not None:
+        # to other workers after the commit, batched with the build path's runs (changes.Notifier): a
+        # NOTIFY in the run's transaction would hold the database's notify lock through its commit's
+        # flush, and every announcement behind it (issue 38); answered once sent, as the build path
+        await asyncio.wait((app.notifier.note(key),), timeout=settings.write_timeout)
     RUNS_INGESTED.labels(result=done.run.result).inc()
     if done.run.result == "created" and not done.run.clean:
         OOM_SUSPECT_RUNS.inc()

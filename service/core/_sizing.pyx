@@ -1025,7 +1025,7 @@ cdef void _size_run(
     cdef bint efficient = policy == 5 or policy == 6
     cdef Py_ssize_t window = runs
     cdef Py_ssize_t m = 0, count = 0, a, j, start
-    cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_
+    cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_, killed
     cdef long long cpu_request, cpu_limit
     cdef double cpu_observed, w
     cdef bint capped = False
@@ -1130,6 +1130,16 @@ cdef void _size_run(
                 need = _quarter_quantile(&newest[count], m)
             if pod < need:
                 need = pod
+            if k == 0:  # E10: the highest limit a run was killed at, over the same runs as the streak
+                killed = -1
+                for j in range(start, i):
+                    if c.present[j] and c.oom[j] == 2:
+                        if c.lim[j] > killed:
+                            killed = c.lim[j]
+                        if c.mem[j] > killed:
+                            killed = c.mem[j]
+                if killed > need:
+                    need = killed
             request = (need + MIB - 1) // MIB * MIB
             if request < 32 * MIB:
                 request = 32 * MIB

@@ -416,9 +416,7 @@ class Tally:
 Observer = Callable[[Job, int, Task, Answer, _grow.Outcome, float], None]
 
 
-def replay(
-    jobs: Sequence[Job], target: Target, policy: Policy | None = None, observe: Observer | None = None
-) -> Tally:
+def replay(jobs: Sequence[Job], target: Target, policy: Policy | None = None, observe: Observer | None = None) -> Tally:
     """The closed loop over ``jobs`` in the order given; with ``policy.grow`` the growth guard acts on
     each answer's grow block (bench/_grow.py). ``observe(job, n, task, answer, outcome, waste)`` sees
     each run (its memory waste in byte-seconds) before it is posted."""
@@ -608,7 +606,9 @@ def summarise(results: Sequence[dict[str, Any]]) -> list[str]:
     for t in TARGETS:
         worst = max(results, key=lambda r: r["shares"][t])
         met = sum(r["target"][t][2] for r in results)
-        out.append(f"| {TARGET_NAMES[t]} | {met} of {n} ({met / n:.0%}) | {worst['check']} | {worst['shares'][t]:.2f} |")
+        out.append(
+            f"| {TARGET_NAMES[t]} | {met} of {n} ({met / n:.0%}) | {worst['check']} | {worst['shares'][t]:.2f} |"
+        )
     met = sum(r["met"] for r in results)
     out += ["", f"Every target met in {met} of {n} cases ({met / n:.0%}), against the closed-loop anchors."]
     return out
@@ -1001,7 +1001,7 @@ def main_offline(args: argparse.Namespace, path: Path) -> int:
     if args.pure_python:
         from service.core import _reference as core_module
     else:
-        from service import core as core_module
+        from service import core as core_module  # type: ignore[no-redef]
 
     def make(p: Policy) -> Target:
         return offline_target(core_module, p)

@@ -591,6 +591,8 @@ OOM_KILLED = 2
 #: rule E3: the margin over the highest peak, in percent
 EFFICIENT_MARGIN_PCT = 5
 EFFICIENT_LEARNING_MARGIN_PCT = 20
+#: rule E3: the margin with a single sample, when nothing is known of how the job's peaks vary
+EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 #: rule G8: the growth policy's confident memory need is this quantile of the analysed peaks, in quarters (p75)
 GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
@@ -735,7 +737,11 @@ def _efficient(
         if k == 0 and killed > need:
             need = killed  # E10: a run killed at a limit needed more than it; E5 speaks while the streak runs
         request = max(MEMORY_REQUEST_FLOOR, -(-need // MIB) * MIB)  # E8: a whole MiB, >= 32Mi
-        limit = _with_margin(need, EFFICIENT_LEARNING_MARGIN_PCT if samples <= 2 else EFFICIENT_MARGIN_PCT)  # E3, E8
+        if samples == 1:
+            margin = EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
+        else:
+            margin = EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else EFFICIENT_MARGIN_PCT
+        limit = _with_margin(need, margin)  # E3, E8
     capped = False
     if k > 0:  # E5: S14's doubling; a job killed before its first sample gets at least the default
         floor = DEFAULT_MEMORY_BYTES if samples == 0 or k >= 2 else 0

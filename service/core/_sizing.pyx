@@ -884,12 +884,14 @@ OOM_NEAR_LIMIT = 1
 OOM_KILLED = 2
 cdef long long _EFFICIENT_MARGIN_PCT = 5
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
+cdef long long _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
 cdef long long _PRIOR_MIN_JOBS = 3
 cdef long long _GROWTH_QUANTILE_QUARTERS = 3
 GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
 EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
 EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
+EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
 PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
 PRIOR_EMPTY = (0, -1)
@@ -1143,7 +1145,10 @@ cdef void _size_run(
             request = (need + MIB - 1) // MIB * MIB
             if request < 32 * MIB:
                 request = 32 * MIB
-            limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples <= 2 else _EFFICIENT_MARGIN_PCT)
+            if samples == 1:
+                limit = _with_margin(need, _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT)
+            else:
+                limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else _EFFICIENT_MARGIN_PCT)
         if k > 0:
             floor_ = 4 * GIB if (samples == 0 or k >= 2) else 0
             limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)

@@ -83,8 +83,9 @@ def test_e3_e8_margin_over_the_highest_peak(core: ModuleType) -> None:
 
 
 def test_e3_learning_margin(core: ModuleType) -> None:
-    # one or two samples: 20 % (1 sample of 100Mi -> 120Mi), where the seed triples (S8: 300Mi -> 512Mi)
-    assert size(core, job([100 * MIB])).memory_limit == 120 * MIB
+    # one sample: 50 % (100Mi -> 150Mi); two: 20 % (highest 100Mi -> 120Mi); the seed triples (S8: 300Mi -> 512Mi)
+    assert size(core, job([100 * MIB])).memory_limit == 150 * MIB
+    assert size(core, job([90 * MIB, 100 * MIB])).memory_limit == 120 * MIB
     assert size(core, job([100 * MIB]), CI).memory_limit == 512 * MIB
 
 
@@ -277,7 +278,8 @@ def test_constants_agree() -> None:
         pytest.skip("the compiled backend is not built")
     for name in (
         "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
-        "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS",
+        "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_FIRST_SAMPLE_MARGIN_PCT",
+        "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS",
         "PRIOR_EMPTY", "SIZED_FIELDS",
     ):  # fmt: skip
         assert getattr(cy, name) == getattr(REF, name), name

@@ -17,7 +17,8 @@ Policies: the seed (guaranteed and burstable memory QoS), ``efficient`` (both Qo
 backtest's KRR-like and VPA-like baselines (``POLICY_KRR``, ``POLICY_VPA``).
 
     python bench/replay.py [--data DIR] [--database-url URL] [--check-offline] [--results-md FILE]
-    python bench/replay.py --offline [--data DIR] [--robustness] [--results out.json] [--write-results]
+    python bench/replay.py --offline [--data DIR] [--results out.json] [--write-results]
+    python bench/replay.py --robustness [--seeds 20] [--explain-kills] [--write-results]
 
 The live mode (the default) runs each served policy against its own fresh ``python -m service
 serve`` (its own port; a fresh SQLite file in a temporary directory, or a fresh database on the
@@ -34,6 +35,14 @@ run, and so are its kills and wastes.
 
 ``--offline`` drives the core's ``size_run`` directly (the same closed loop, no server); it swaps
 the ``ask`` and ``post`` callables of ``Target`` and nothing else.
+
+``--robustness`` (issue 35; offline, implied) is the protocol a change of ``efficient`` must pass:
+the first 60 runs and every run of each job, each in name order and in ``--seeds`` (20) shuffled
+job orders, each workflow system alone and the set without it. Each case replays efficient
+(guaranteed, no growth), the two closed-loop anchors and efficient with growth (reported, not
+judged); the report gives each case's share of each bound, the share of cases meeting each target
+and the worst case; the script exits 3 while a case misses. ``--explain-kills`` reads each of
+efficient's kills by the rule that made its answer (first run, learning, after a kill, confident).
 """
 
 from __future__ import annotations

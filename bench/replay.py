@@ -1020,8 +1020,11 @@ def main_offline(args: argparse.Namespace, path: Path) -> int:
     rows = table_rows(jobs, make)
     lines = render(title, rows)
     print("\n".join(lines) + "\n")
-    command = "python bench/replay.py --offline" + (" --robustness" if args.robustness else "")
+    # --robustness and --explain-kills imply --offline
+    command = "python bench/replay.py" + (" --robustness" if args.robustness else "")
     command += " --explain-kills" if args.explain_kills else ""
+    command += "" if args.robustness or args.explain_kills else " --offline"
+    command += f" --seeds {args.seeds}" if args.robustness and args.seeds != 20 else ""
     section = [
         OFFLINE_HEADING,
         "",

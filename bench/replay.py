@@ -17,7 +17,8 @@ Policies: the seed (guaranteed and burstable memory QoS), ``efficient`` (both Qo
 backtest's KRR-like and VPA-like baselines (``POLICY_KRR``, ``POLICY_VPA``).
 
     python bench/replay.py [--data DIR] [--database-url URL] [--check-offline] [--results-md FILE]
-    python bench/replay.py --offline [--data DIR] [--robustness] [--results out.json] [--write-results]
+    python bench/replay.py --offline [--data DIR] [--results out.json] [--write-results]
+    python bench/replay.py --robustness [--seeds 20] [--explain-kills] [--write-results]
 
 The live mode (the default) runs each served policy against its own fresh ``python -m service
 serve`` (its own port; a fresh SQLite file in a temporary directory, or a fresh database on the
@@ -34,6 +35,14 @@ run, and so are its kills and wastes.
 
 ``--offline`` drives the core's ``size_run`` directly (the same closed loop, no server); it swaps
 the ``ask`` and ``post`` callables of ``Target`` and nothing else.
+
+``--robustness`` (issue 35; offline, implied) is the protocol a change of ``efficient`` must pass:
+the first 60 runs and every run of each job, each in name order and in ``--seeds`` (20) shuffled
+job orders, each workflow system alone and the set without it. Each case replays efficient
+(guaranteed, no growth), the two closed-loop anchors and efficient with growth (reported, not
+judged); the report gives each case's share of each bound, the share of cases meeting each target
+and the worst case; the script exits 3 while a case misses. ``--explain-kills`` reads each of
+efficient's kills by the rule that made its answer (first run, learning, after a kill, confident).
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from pathlib import Path
 sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 import argparse
+import bisect
 import contextlib
 import csv
 import gzip
@@ -92,8 +102,9 @@ class Job:
         return "wfinstances", system, workflow, category
 
 
-def load(path: Path) -> list[Job]:
-    """The replayed jobs: the first 60 runs of each job with ten or more, jobs in name order."""
+def load(path: Path, first: int | None = FIRST_RUNS) -> list[Job]:
+    """The replayed jobs: the first 60 runs (``first``; None: every run) of each job with ten or more,
+    jobs in name order."""
     rows: dict[str, list[tuple[str, str, str, Task]]] = defaultdict(list)
     with gzip.open(path, "rt", newline="") as f:
         for r in csv.DictReader(f):
@@ -103,7 +114,7 @@ def load(path: Path) -> list[Job]:
     for name in sorted(rows):
         if len(rows[name]) >= MIN_RUNS:
             ordered = sorted(rows[name], key=lambda t: t[:3])
-            jobs.append(Job(name, tuple(t[3] for t in ordered[:FIRST_RUNS])))
+            jobs.append(Job(name, tuple(t[3] for t in ordered[:first])))
     return jobs
 
 
@@ -173,10 +184,16 @@ class _Columns:
     mem_peak: list[int] = field(default_factory=list)
     mem_limit: list[int] = field(default_factory=list)
     oom: list[int] = field(default_factory=list)
+    samples: int = 0  # runs without a kill ever posted (the prior's "first sample", E6), cut ones included
+
+    def cut(self, start: int) -> None:
+        """Forget the runs before ``start``."""
+        for column in (self.clean, self.present, self.cpu, self.mem_peak, self.mem_limit, self.oom):
+            del column[:start]
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    xs = sorted(values)
+def _sorted_quantile(xs: Sequence[float], q: float) -> float:
+    """I2's interpolated quantile of values already sorted."""
     h = (len(xs) - 1) * q
     lo = int(h)
     return xs[lo] if lo + 1 >= len(xs) else xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo])
@@ -193,26 +210,30 @@ class Anchor(Target):
 
     def __init__(self, vpa: bool) -> None:
         self.vpa = vpa
-        self.jobs: dict[Key, list[Posted]] = defaultdict(list)
+        # per job, kept sorted as runs arrive (the same quantiles as sorting every posted run at each ask,
+        # in time linear per run: the robustness protocol replays every run of jobs with thousands)
+        self.cpu: dict[Key, list[float]] = defaultdict(list)
+        self.mem: dict[Key, list[float]] = defaultdict(list)
+        self.top: dict[Key, int] = {}
         self.ask = self._ask
         self.post = self._post
 
     def _ask(self, key: Key) -> Answer:
-        runs = self.jobs[key]
-        if not runs:
+        cpu = self.cpu[key]
+        if not cpu:
             return Answer(500, 4 * GIB, 4 * GIB)
-        cpu = [r.cpu_millicores for r in runs]
         if self.vpa:
-            mem = [r.peak_bytes * 1.2 if r.oom_killed else float(r.peak_bytes) for r in runs]
-            limit = math.ceil(_quantile(mem, 0.9) * 1.15)
-            request = math.ceil(_quantile(cpu, 0.9) * 1.15)
+            limit = math.ceil(_sorted_quantile(self.mem[key], 0.9) * 1.15)
+            request = math.ceil(_sorted_quantile(cpu, 0.9) * 1.15)
         else:
-            limit = -(-max(r.peak_bytes for r in runs) * 115 // 100)
-            request = math.ceil(_quantile(cpu, 0.95))
+            limit = -(-self.top[key] * 115 // 100)
+            request = math.ceil(_sorted_quantile(cpu, 0.95))
         return Answer(max(request, 1), limit, limit)
 
     def _post(self, key: Key, run: Posted) -> None:
-        self.jobs[key].append(run)
+        bisect.insort(self.cpu[key], run.cpu_millicores)
+        bisect.insort(self.mem[key], run.peak_bytes * 1.2 if run.oom_killed else float(run.peak_bytes))
+        self.top[key] = max(self.top.get(key, run.peak_bytes), run.peak_bytes)
 
 
 class Offline(Target):
@@ -230,18 +251,23 @@ class Offline(Target):
         }[policy.code]
         self.guaranteed = policy.guaranteed
         self.runs, self.buffer = runs, buffer
+        self.efficient = (core.POLICY_EFFICIENT, core.POLICY_GROWTH)  # E1: their samples include S1-only runs
+        self.keep = max(runs, core.EFFICIENT_MIN_WINDOW, 3)  # the samples an answer may read (S4, S5, E2)
         self.jobs: dict[Key, _Columns] = defaultdict(_Columns)
         self.priors: dict[str, tuple[int, int]] = defaultdict(lambda: core.PRIOR_EMPTY)
+        self.last: tuple[Any, int] | None = None  # the core's Sized and the prior of the latest answer
         self.ask = self._ask
         self.post = self._post
 
     def _ask(self, key: Key) -> Answer:
         c = self.jobs[key]
+        prior = self.core.prior_read(self.priors[key[0]])
         s = self.core.size_run(
             len(c.clean), c.clean, c.present, c.cpu, c.cpu, c.cpu, c.mem_peak, c.mem_limit, c.oom, c.mem_peak,
             -1, self.code, self.runs, self.buffer, self.guaranteed, (-1, -1, -1, -1, 0, 0, 0, 0),
-            64 * GIB, self.core.prior_read(self.priors[key[0]]),
+            64 * GIB, prior,
         )  # fmt: skip
+        self.last = (s, prior)
         # rules G2-G5 as the server's compute: no node ceiling in the traces, so G2's bound is the backoff's 64Gi
         peak = self.core.window_peak(len(c.clean), c.clean, c.present, c.mem_peak, self.code, self.runs)
         return Answer(
@@ -256,7 +282,6 @@ class Offline(Target):
             oom_kill_events=0, grew=any(r == "grown" for _, _, r in run.growths),
             too_late=any(r == "too_late" for _, _, r in run.growths),
         )  # fmt: skip
-        samples_before = sum(1 for x in c.clean if x != core.RUN_KILLED)
         c.clean.append(core.RUN_KILLED if run.oom_killed else core.RUN_NEAR_LIMIT if near else core.RUN_CLEAN)
         c.oom.append(core.OOM_KILLED if run.oom_killed else core.OOM_NEAR_LIMIT if near else core.OOM_NONE)
         c.present.append(1)
@@ -264,7 +289,26 @@ class Offline(Target):
         c.mem_peak.append(run.peak_bytes)
         c.mem_limit.append(run.limit_bytes)
         if not run.oom_killed:
-            self.priors[key[0]] = core.prior_update(self.priors[key[0]], run.peak_bytes, samples_before == 0)
+            self.priors[key[0]] = core.prior_update(self.priors[key[0]], run.peak_bytes, c.samples == 0)
+            c.samples += 1
+        if len(c.clean) >= 4 * self.keep:
+            self._forget(c)
+
+    def _forget(self, c: _Columns) -> None:
+        """Drop the runs before the ``keep``-th newest sample: an answer reads the newest samples of
+        its window (S5, E2; at least 3 to tell the phase, S4) and the runs since the oldest of them (the
+        OOM streak S13/E5, G3's P), never older ones; so the answers are those of the whole history, and
+        a job of 10,000 runs costs no more per run than one of 100."""
+        samples = (self.core.RUN_CLEAN,) if self.code not in self.efficient else (
+            self.core.RUN_CLEAN, self.core.RUN_NEAR_LIMIT,
+        )  # fmt: skip
+        seen = 0
+        for j in range(len(c.clean) - 1, -1, -1):
+            if c.clean[j] in samples:
+                seen += 1
+                if seen == self.keep:
+                    c.cut(j)
+                    return
 
 
 class PolicyMismatch(RuntimeError):
@@ -378,14 +422,18 @@ class Tally:
         }
 
 
-def replay(jobs: Sequence[Job], target: Target, policy: Policy | None = None) -> Tally:
+Observer = Callable[[Job, int, Task, Answer, _grow.Outcome, float], None]
+
+
+def replay(jobs: Sequence[Job], target: Target, policy: Policy | None = None, observe: Observer | None = None) -> Tally:
     """The closed loop over ``jobs`` in the order given; with ``policy.grow`` the growth guard acts on
-    each answer's grow block (bench/_grow.py)."""
+    each answer's grow block (bench/_grow.py). ``observe(job, n, task, answer, outcome, waste)`` sees
+    each run (its memory waste in byte-seconds) before it is posted."""
     t = Tally()
     refuse = _grow.Refusals(policy.refused) if policy is not None and policy.grow else None
     guaranteed = policy is None or policy.guaranteed
     for job in jobs:
-        for task in job.tasks:
+        for n, task in enumerate(job.tasks):
             a = target.ask(job.key)
             t.answers.append(a)
             o = _grow.outcome(
@@ -395,11 +443,14 @@ def replay(jobs: Sequence[Job], target: Target, policy: Policy | None = None) ->
             t.runs += 1
             if o.killed:
                 t.killed += 1
-                t.memory_waste += o.request * task.runtime_s
+                waste = o.request * task.runtime_s
                 t.cpu_waste += a.cpu_request * task.runtime_s
             else:
-                t.memory_waste += max(0, o.request - task.peak_bytes) * task.runtime_s
+                waste = max(0, o.request - task.peak_bytes) * task.runtime_s
                 t.cpu_waste += max(0.0, a.cpu_request - task.cpu_millicores) * task.runtime_s
+            t.memory_waste += waste
+            if observe is not None:
+                observe(job, n, task, a, o, waste)
             peak = min(task.peak_bytes, o.limit)
             target.post(job.key, Posted(task.cpu_millicores, peak, o.limit, o.killed, task.runtime_s, o.events))
     return t
@@ -483,36 +534,154 @@ def render(title: str, rows: Sequence[dict[str, Any]]) -> list[str]:
     return out
 
 
-def subsets(jobs: Sequence[Job], seeds: int) -> list[tuple[str, list[Job]]]:
-    """Robustness checks: each workflow system alone, the jobs in reverse name order, and shuffled
-    job orders (the first-run prior learns from the jobs before, so the order matters)."""
+EFFICIENT = Policy("efficient (guaranteed)", "efficient")
+EFFICIENT_GROW = Policy("efficient (guaranteed) + growth", "efficient", grow=True)
+#: the rows each case of the robustness protocol replays: the judged policy, the anchors it is judged
+#: against, and efficient with growth (reported, not judged: the targets are without growth)
+PROTOCOL_POLICIES = (EFFICIENT, KRR_LOOP, VPA_LOOP, EFFICIENT_GROW)
+
+
+def protocol(first: Sequence[Job], every: Sequence[Job], orders: int) -> list[tuple[str, list[Job]]]:
+    """Issue 35's robustness protocol, for the first 60 runs of each job and for every run of it:
+    the jobs in name order; in ``orders`` shuffled orders (seeds 0..orders-1: the first-run prior
+    learns from the jobs before, so the order matters); each workflow system alone, and the set
+    without it. Each case is a list of jobs in replay order."""
     out: list[tuple[str, list[Job]]] = []
-    for system in sorted({j.name.split("/", 1)[0] for j in jobs}):
-        out.append((f"only {system}", [j for j in jobs if j.name.startswith(system + "/")]))
-    out.append(("jobs in reverse name order", list(reversed(jobs))))
-    for seed in range(seeds):
-        shuffled = list(jobs)
-        random.Random(seed).shuffle(shuffled)
-        out.append((f"jobs shuffled (seed {seed})", shuffled))
+    for runs, jobs in ((f"first {FIRST_RUNS} runs", first), ("every run", every)):
+        out.append((f"{runs}, name order", list(jobs)))
+        for seed in range(orders):
+            shuffled = list(jobs)
+            random.Random(seed).shuffle(shuffled)
+            out.append((f"{runs}, shuffled (seed {seed})", shuffled))
+        for system in sorted({j.name.split("/", 1)[0] for j in jobs}):
+            out.append((f"{runs}, only {system}", [j for j in jobs if j.name.startswith(system + "/")]))
+            out.append((f"{runs}, without {system}", [j for j in jobs if not j.name.startswith(system + "/")]))
     return out
 
 
+TARGETS = ("oom", "memory", "cpu")
+TARGET_NAMES = {
+    "oom": "OOM-killed <= half the better anchor's",
+    "memory": "memory waste <= 0.8x the lower anchor's",
+    "cpu": "CPU waste <= VPA-like's",
+}
+
+
+def _share(value: float, bound: float) -> float:
+    """``value`` as a share of its bound (<= 1 meets it); a bound of 0 is met by 0 only."""
+    return value / bound if bound else (0.0 if not value else math.inf)
+
+
+def case_result(title: str, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One case's verdict: each target's (value, bound, met) and its share of the bound, and what
+    efficient does with growth (not judged)."""
+    v = verdict(rows)
+    by = {r["policy"]: r for r in rows}
+    lower = min(by[KRR_LOOP.label]["memory_waste_gib_h"], by[VPA_LOOP.label]["memory_waste_gib_h"])
+    grown = by.get(EFFICIENT_GROW.label)
+    return {
+        "check": title,
+        "runs": rows[0]["runs"],
+        "rows": list(rows),
+        "target": v,
+        "shares": {t: _share(v[t][0], v[t][1]) for t in TARGETS},
+        "met": all(v[t][2] for t in TARGETS),
+        "growth": None
+        if grown is None
+        else {"oom_killed": grown["oom_killed"], "memory_vs_lower": _share(grown["memory_waste_gib_h"], lower)},
+    }
+
+
 def summarise(results: Sequence[dict[str, Any]]) -> list[str]:
-    """One line per check: efficient (guaranteed) as ratios of issue 25's bounds (<= 1 meets)."""
+    """The protocol's report: efficient (guaranteed) per case as shares of issue 35's bounds
+    (<= 1.00 meets), the share of cases meeting each target, and the worst case of each."""
     out = [
-        "### Robustness: efficient (guaranteed) per check, as a share of issue 25's bound (<= 1.00 meets it)",
+        "### Robustness protocol (issue 35): efficient (guaranteed), no growth, per case, as a share of each bound (<= 1.00 meets it)",
         "",
-        "| check | OOM-killed vs half the better anchor | memory vs 0.8x the lower anchor | CPU vs VPA-like | target |",
-        "|---|---|---|---|---|",
+        "| case | runs | efficient OOM-killed (best anchor's) | OOM vs half the better anchor | memory vs 0.8x the lower anchor | CPU vs VPA-like | target | with growth: OOM-killed, memory vs lower anchor |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    met = 0
     for r in results:
-        v = r["target"]
-        ok = all(x[2] for x in v.values())
-        met += ok
-        cells = [f"{x[0] / x[1]:.2f}" if x[1] else ("0.00" if not x[0] else "inf") for x in v.values()]
-        out.append(f"| {r['check']} | {' | '.join(cells)} | {'met' if ok else 'NOT met'} |")
-    out += ["", f"met in {met} of {len(results)} checks (closed-loop anchors)."]
+        v, sh = r["target"], r["shares"]
+        best = round(2 * v["oom"][1])
+        g = r["growth"]
+        grown = "-" if g is None else f"{g['oom_killed']}, {g['memory_vs_lower']:.2f}x"
+        out.append(
+            f"| {r['check']} | {r['runs']} | {v['oom'][0]} ({best}) | {sh['oom']:.2f} | {sh['memory']:.2f} | "
+            f"{sh['cpu']:.2f} | {'met' if r['met'] else 'NOT met'} | {grown} |"
+        )
+    n = len(results)
+    out += ["", "| target | cases meeting it | worst case | its share of the bound |", "|---|---|---|---|"]
+    for t in TARGETS:
+        worst = max(results, key=lambda r: r["shares"][t])
+        met = sum(r["target"][t][2] for r in results)
+        out.append(
+            f"| {TARGET_NAMES[t]} | {met} of {n} ({met / n:.0%}) | {worst['check']} | {worst['shares'][t]:.2f} |"
+        )
+    met = sum(r["met"] for r in results)
+    out += ["", f"Every target met in {met} of {n} cases ({met / n:.0%}), against the closed-loop anchors."]
+    return out
+
+
+#: a run's cause, as issue 35 asks it to be read: what the answer before it was made from
+CAUSES = (
+    "first run, at the 4Gi default (E6)",
+    "first run, under the org's prior (E6)",
+    "after a kill (E5's backoff)",
+    "learning, 1-2 samples (E3)",
+    "confident, 3+ samples (E3)",
+)
+
+
+def cause(core: Any, sized: Any, prior: int) -> str:
+    """Which rule made the answer: E5 when the container's newest run was killed, else the phase's."""
+    if sized.consecutive > 0:
+        return CAUSES[2]
+    if sized.phase == core.PHASE_UNKNOWN:
+        return CAUSES[1] if prior >= 0 else CAUSES[0]
+    return CAUSES[3] if sized.phase == core.PHASE_LEARNING else CAUSES[4]
+
+
+def explain_kills(core: Any, title: str, jobs: Sequence[Job], policy: Policy = EFFICIENT) -> list[str]:
+    """Issue 35's reading of each killed run: which answer it had (``cause``), and for the runs
+    killed after a sample, how far the peak jumped over the highest peak of the window it was sized
+    from. Memory waste by the same causes shows where the headroom is spent."""
+    target = Offline(core, policy)
+    kills: dict[str, int] = defaultdict(int)
+    runs: dict[str, int] = defaultdict(int)
+    waste: dict[str, float] = defaultdict(float)
+    killed: list[str] = []
+
+    def observe(job: Job, n: int, task: Task, a: Answer, o: _grow.Outcome, w: float) -> None:
+        assert target.last is not None
+        sized, prior = target.last
+        c = cause(core, sized, prior)
+        runs[c] += 1
+        waste[c] += w
+        if o.killed:
+            kills[c] += 1
+            jump = f"{task.peak_bytes / sized.memory_observed:.2f}x" if sized.memory_observed > 0 else "-"
+            killed.append(
+                f"| {job.name} | {n + 1} | {c} | {a.memory_limit / (1 << 20):.0f} | {task.peak_bytes / (1 << 20):.1f} "
+                f"| {jump} | {task.runtime_s:.0f} |"
+            )
+
+    t = replay(jobs, target, policy, observe)
+    out = [
+        f"### Where {policy.label}'s kills come from: {title} ({t.runs} runs, {t.killed} killed)",
+        "",
+        "| answer made by | runs | OOM-killed | memory waste GiB-h |",
+        "|---|---|---|---|",
+    ]
+    for c in CAUSES:
+        out.append(f"| {c} | {runs[c]} | {kills[c]} | {waste[c] / GIB / 3600:.2f} |")
+    if killed and len(killed) <= 40:
+        out += [
+            "",
+            "| killed run: job | run | answer made by | limit MiB | peak MiB | peak vs window's highest | seconds |",
+            "|---|---|---|---|---|---|---|",
+            *killed,
+        ]
     return out
 
 
@@ -782,8 +951,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data", help="the traces' directory")
     parser.add_argument("--offline", action="store_true", help="drive the core directly, no server")
     parser.add_argument("--pure-python", action="store_true", help="offline: the reference core, not the compiled")
-    parser.add_argument("--robustness", action="store_true", help="also each system alone and other job orders")
-    parser.add_argument("--seeds", type=int, default=3, help="shuffled job orders for --robustness")
+    parser.add_argument(
+        "--robustness",
+        action="store_true",
+        help="issue 35's protocol (implies --offline: the core's closed loop, no server): the first 60 and every "
+        "run, each in name order and --seeds shuffled orders, each workflow system alone and the set without it",
+    )
+    parser.add_argument("--seeds", type=int, default=20, help="shuffled job orders for --robustness (default 20)")
+    parser.add_argument(
+        "--explain-kills",
+        action="store_true",
+        help="offline: read each of efficient's kills (first run, learning, after a kill, confident) on the public "
+        "set, and on every run",
+    )
     parser.add_argument("--results", help="write the figures as JSON here")
     parser.add_argument("--write-results", action="store_true", help="offline: write the table into bench/RESULTS.md")
     parser.add_argument("--database-url", help="live: a PostgreSQL server (a fresh database per policy), not SQLite")
@@ -801,10 +981,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--grow-refused", type=float, default=0.0, metavar="F", help="with --grow: also refuse F of the resizes"
     )
     args = parser.parse_args(argv)
-    if not args.offline and args.robustness:
-        parser.error("--robustness is offline only")
-    if args.grow and args.robustness:
-        parser.error("--robustness is not measured with --grow")
+    if args.robustness or args.explain_kills:
+        if args.check_offline or args.database_url or args.policy:
+            parser.error("--robustness and --explain-kills are offline (the core's closed loop, no server)")
+        args.offline = True
+    if args.grow and (args.robustness or args.explain_kills):
+        parser.error("--robustness reports efficient with growth in its own column; it is not run with --grow")
+    if args.seeds < 0:
+        parser.error("--seeds is a number of shuffled orders, 0 or more")
     if not 0.0 <= args.grow_refused <= 1.0:
         parser.error("--grow-refused is a fraction between 0 and 1")
     path = args.data / FILE
@@ -815,47 +999,71 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_grow(args, load(path))
     if not args.offline:
         return main_live(args, load(path))
+    return main_offline(args, path)
+
+
+OFFLINE_HEADING = "## Replay: closed loop on the public WfInstances traces (bench/replay.py)"
+
+
+def main_offline(args: argparse.Namespace, path: Path) -> int:
+    """``--offline`` (and ``--robustness``, ``--explain-kills``): the core's closed loop, no server."""
     if args.pure_python:
         from service.core import _reference as core_module
     else:
-        from service import core as core_module
+        from service import core as core_module  # type: ignore[no-redef]
 
     def make(p: Policy) -> Target:
-        if p in (KRR_LOOP, VPA_LOOP):
-            return Anchor(vpa=p is VPA_LOOP)
-        return Offline(core_module, p)
+        return offline_target(core_module, p)
 
     jobs = load(path)
-    checks = [(f"public wfinstances, {len(jobs)} jobs", jobs)]
-    if args.robustness:
-        checks += subsets(jobs, args.seeds)
-    results = []
+    title = f"public wfinstances, {len(jobs)} jobs"
+    rows = table_rows(jobs, make)
+    lines = render(title, rows)
+    print("\n".join(lines) + "\n")
+    # --robustness and --explain-kills imply --offline
+    command = "python bench/replay.py" + (" --robustness" if args.robustness else "")
+    command += " --explain-kills" if args.explain_kills else ""
+    command += "" if args.robustness or args.explain_kills else " --offline"
+    command += f" --seeds {args.seeds}" if args.robustness and args.seeds != 20 else ""
     section = [
-        "## Replay: closed loop on the public WfInstances traces (bench/replay.py)",
+        OFFLINE_HEADING,
         "",
-        "`python bench/replay.py --offline --robustness --seeds 20 --write-results` (offline: the core, no server): the core's `size_run` answers "
-        "before each run, a peak above the limit is an OOM kill (not retried, its whole reservation "
-        "counted as waste). Ratios against the better of the closed-loop KRR-like and VPA-like anchors "
+        f"`{command} --write-results` (offline: the core, no server; {datetime.now(UTC):%Y-%m-%d}): the core's "
+        "`size_run` answers before each run, a peak above the limit is an OOM kill (not retried, its whole "
+        "reservation counted as waste). Ratios against the better of the closed-loop KRR-like and VPA-like anchors "
         "(the issue's public figures come out of these; the backtest's baselines are shown too).",
         "",
+        f"### {lines[0]}",
+        *lines[1:],
+        "",
     ]
-    for title, subset in checks:
-        rows = table_rows(subset, make)
-        results.append({"check": title, "rows": rows, "target": verdict(rows)})
-        lines = render(title, rows)
-        print("\n".join(lines) + "\n")
-        if len(results) == 1:  # RESULTS.md keeps the full table of the public set and the summary
-            section += [f"### {lines[0]}", *lines[1:], ""]
-    if len(results) > 1:
+    detail: dict[str, Any] = {"public": rows}
+    if args.robustness:
+        every = load(path, None)
+        results = [
+            case_result(case, table_rows(subset, make, PROTOCOL_POLICIES))
+            for case, subset in protocol(jobs, every, args.seeds)
+        ]
         summary = summarise(results)
         print("\n".join(summary) + "\n")
         section += [*summary, ""]
+        detail["robustness"] = results
+    if args.explain_kills:
+        every = load(path, None)
+        for name, subset in ((title, jobs), (f"every run of the {len(every)} jobs", every)):
+            explained = explain_kills(core_module, name, subset)
+            print("\n".join(explained) + "\n")
+            section += [*explained, ""]
     if args.results:
-        flat = [{"check": r["check"], **row} for r in results for row in r["rows"]]
+        flat = [{"check": title, **row} for row in rows]
+        for r in detail.get("robustness", []):
+            flat += [{"check": r["check"], **row} for row in r["rows"]]
         save(args.results, "replay", flat)
-        Path(args.results).with_suffix(".detail.json").write_text(json.dumps(results, indent=2) + "\n")
+        Path(args.results).with_suffix(".detail.json").write_text(json.dumps(detail, indent=2) + "\n")
     if args.write_results:
         write_results(ROOT / "bench" / "RESULTS.md", section[:-1])
+    if args.robustness and not all(r["met"] for r in detail["robustness"]):
+        return 3  # the protocol is a gate: a case that misses the target fails the run
     return 0
 
 

@@ -16,6 +16,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,7 +124,8 @@ def test_live_equals_offline(tmp_path: Path, database: str, request: pytest.Fixt
     assert "| seed (guaranteed) (live" in text
 
 
-def test_rerun_replaces_its_section_only(tmp_path: Path) -> None:
+def script() -> Any:
+    """bench/replay.py as a module."""
     from importlib import util
 
     spec = util.spec_from_file_location("replay_script", SCRIPT)
@@ -137,6 +139,11 @@ def test_rerun_replaces_its_section_only(tmp_path: Path) -> None:
     finally:
         sys.path[:] = saved
         del sys.modules[spec.name]
+    return module
+
+
+def test_rerun_replaces_its_section_only(tmp_path: Path) -> None:
+    module = script()
     md = tmp_path / "RESULTS.md"
     md.write_text("# Benchmark results\n\n## A\n\na\n\n" + module.LIVE_HEADING + "\n\nold table\n\n## B\n\nb\n")
     module.write_results(md, [module.LIVE_HEADING, "", "new table"])
@@ -154,3 +161,58 @@ def test_skips_with_a_message_when_the_data_is_absent(tmp_path: Path, mode: tupl
     assert str(tmp_path / "nowhere" / "wfinstances-runs.csv.gz") in done.stdout
     assert "absent" in done.stdout
     assert not md.exists()
+
+
+def test_robustness_protocol_is_offline_and_reports_every_case(tmp_path: Path) -> None:
+    # issue 35: --robustness alone (no --offline, no server) replays each case of the protocol
+    data = tmp_path / "data"
+    data.mkdir()
+    write_traces(data)
+    done = replay(
+        "--robustness", "--seeds", "2", "--explain-kills", "--data", str(data), "--results", str(tmp_path / "r.json")
+    )
+    assert done.returncode in (0, 3), done.stdout + done.stderr  # 3: a case misses the target
+    detail = json.loads((tmp_path / "r.detail.json").read_text())
+    cases = [c["check"] for c in detail["robustness"]]
+    # first 60 and every run, each: name order, 2 shuffled orders, each of the two systems alone and without it
+    assert len(cases) == 2 * (1 + 2 + 2 * 2)
+    assert "every run, without Other" in cases
+    assert "first 60 runs, only Sys" in cases
+    for c in detail["robustness"]:
+        assert {r["policy"] for r in c["rows"]} == {
+            "efficient (guaranteed)", "efficient (guaranteed) + growth",
+            "KRR-like, closed loop (max peak + 15 %, p95 CPU)",
+            "VPA-like, closed loop (p90 of peaks + 15 %, x1.2 after OOM)",
+        }  # fmt: skip
+        assert c["met"] == all(c["target"][t][2] for t in ("oom", "memory", "cpu"))
+    assert done.returncode == (0 if all(c["met"] for c in detail["robustness"]) else 3)
+    assert "cases meeting it" in done.stdout
+    # the kill reading adds up to the table's kills for efficient (guaranteed)
+    public = {r["policy"]: r for r in detail["public"]}
+    section = done.stdout.split("### Where efficient (guaranteed)'s kills come from: public")[1].split("###")[0]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| first run") or
+            line.startswith(("| after", "| learning", "| confident"))]  # fmt: skip
+    assert sum(int(r[3]) for r in rows) == public["efficient (guaranteed)"]["oom_killed"]
+    assert sum(int(r[2]) for r in rows) == public["efficient (guaranteed)"]["runs"]
+
+
+def test_offline_loop_forgets_only_what_no_answer_reads() -> None:
+    # the offline loop drops the runs before the newest samples an answer may read: the same answers,
+    # kills and wastes as over the whole history, on a job long enough to be cut many times
+    module = script()
+    from service import core
+
+    rng = random.Random(35)
+    tasks = tuple(
+        module.Task(rng.uniform(5, 900), rng.uniform(50, 1900), int(300 * MB * rng.choice([0.7, 1, 1, 1.3, 2.5])))
+        for _ in range(400)
+    )
+    jobs = [module.Job("Sys/flow/long", tasks)]
+    for p in (*module.POLICIES[:4], module.EFFICIENT_GROW, module.Policy("growth", "growth")):
+        cut, whole = module.Offline(core, p), module.Offline(core, p)
+        whole.keep = 10**9
+        a, b = module.replay(jobs, cut, p), module.replay(jobs, whole, p)
+        assert a.answers == b.answers, p.label
+        assert a.row() == b.row(), p.label
+        assert len(cut.jobs[jobs[0].key].clean) < 4 * cut.keep < len(tasks)  # it was cut
+    assert any(module.replay(jobs, module.Offline(core, p), p).killed for p in module.POLICIES[:4])

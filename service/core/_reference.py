@@ -574,8 +574,8 @@ POLICY_FIXED = 1  # 500m / 4Gi, request = limit
 POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU limit; memory max + 15%
 POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
 POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
-POLICY_EFFICIENT = 5  # rules E1-E9 (docs/sizing.md), then the pins
-POLICY_GROWTH = 6  # rule G8: E1-E9 with the memory limit at a typical peak (growth covers the rest), then the pins
+POLICY_EFFICIENT = 5  # rules E1-E10 (docs/sizing.md), then the pins
+POLICY_GROWTH = 6  # rule G8: E1-E10 with the memory limit at a typical peak (growth covers the rest), then the pins
 
 #: ``clean`` column: the run is clean (rule S2); OOM-suspect only by S1's 95 % clause (no container
 #: was killed); otherwise (a container was killed or reported OOM). Booleans read as CLEAN / KILLED.
@@ -591,6 +591,8 @@ OOM_KILLED = 2
 #: rule E3: the margin over the highest peak, in percent
 EFFICIENT_MARGIN_PCT = 5
 EFFICIENT_LEARNING_MARGIN_PCT = 20
+#: rule E3: the margin with a single sample, when nothing is known of how the job's peaks vary
+EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 #: rule G8: the growth policy's confident memory need is this quantile of the analysed peaks, in quarters (p75)
 GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
@@ -711,10 +713,13 @@ def _efficient(
     backoff_ceiling: int,
     prior: int,
     growth: bool = False,
+    killed: int = -1,
 ) -> tuple[int, int, int, int, float, int, bool]:
-    """Rules E3-E9 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
+    """Rules E3-E10 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
     mem_observed, capped)``; ``analysed`` the window's samples (E2), the container present in each.
-    ``growth``: rule G8, the confident memory need at the analysed peaks' p75 instead of their highest."""
+    ``growth``: rule G8, the confident memory need at the analysed peaks' p75 instead of their highest.
+    ``killed``: rule E10, the highest limit a run of the window was killed at (-1: none), read when no
+    kill streak is running (``k == 0``)."""
     if samples == 0:
         cpu_request = cpu_limit = DEFAULT_CPU_MILLICORES  # E7: CPU as S7
         limit = DEFAULT_MEMORY_BYTES if prior < 0 else prior  # E6
@@ -729,8 +734,14 @@ def _efficient(
         pod = max(pod_peak[j] for j in analysed)
         if pod < need:
             need = pod  # E4: never above the pod's own peak
+        if k == 0 and killed > need:
+            need = killed  # E10: a run killed at a limit needed more than it; E5 speaks while the streak runs
         request = max(MEMORY_REQUEST_FLOOR, -(-need // MIB) * MIB)  # E8: a whole MiB, >= 32Mi
-        limit = _with_margin(need, EFFICIENT_LEARNING_MARGIN_PCT if samples <= 2 else EFFICIENT_MARGIN_PCT)  # E3, E8
+        if samples == 1:
+            margin = EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
+        else:
+            margin = EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else EFFICIENT_MARGIN_PCT
+        limit = _with_margin(need, margin)  # E3, E8
     capped = False
     if k > 0:  # E5: S14's doubling; a job killed before its first sample gets at least the default
         floor = DEFAULT_MEMORY_BYTES if samples == 0 or k >= 2 else 0
@@ -860,9 +871,13 @@ def size_run(
         k += 1
         streak_limit = mem_limit[j]
     if efficient:
+        killed = -1  # E10: the highest limit a run was killed at, over the same runs as the streak
+        for j in range(start, i):
+            if present[j] and oom[j] == OOM_KILLED:
+                killed = max(killed, mem_limit[j], mem_peak[j])
         c_req, c_lim, m_req, m_lim, cpu_observed, mem_observed, capped = _efficient(
             analysed, present, cpu_stat, mem_peak, pod_peak, samples, k, streak_limit, ceiling, buffer_pct,
-            guaranteed, backoff_ceiling, prior, policy == POLICY_GROWTH,
+            guaranteed, backoff_ceiling, prior, policy == POLICY_GROWTH, killed,
         )  # fmt: skip
     else:
         if phase == PHASE_UNKNOWN:

@@ -884,12 +884,14 @@ OOM_NEAR_LIMIT = 1
 OOM_KILLED = 2
 cdef long long _EFFICIENT_MARGIN_PCT = 5
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
+cdef long long _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
 cdef long long _PRIOR_MIN_JOBS = 3
 cdef long long _GROWTH_QUANTILE_QUARTERS = 3
 GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
 EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
 EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
+EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
 PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
 PRIOR_EMPTY = (0, -1)
@@ -1025,7 +1027,7 @@ cdef void _size_run(
     cdef bint efficient = policy == 5 or policy == 6
     cdef Py_ssize_t window = runs
     cdef Py_ssize_t m = 0, count = 0, a, j, start
-    cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_
+    cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_, killed
     cdef long long cpu_request, cpu_limit
     cdef double cpu_observed, w
     cdef bint capped = False
@@ -1130,10 +1132,23 @@ cdef void _size_run(
                 need = _quarter_quantile(&newest[count], m)
             if pod < need:
                 need = pod
+            if k == 0:  # E10: the highest limit a run was killed at, over the same runs as the streak
+                killed = -1
+                for j in range(start, i):
+                    if c.present[j] and c.oom[j] == 2:
+                        if c.lim[j] > killed:
+                            killed = c.lim[j]
+                        if c.mem[j] > killed:
+                            killed = c.mem[j]
+                if killed > need:
+                    need = killed
             request = (need + MIB - 1) // MIB * MIB
             if request < 32 * MIB:
                 request = 32 * MIB
-            limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples <= 2 else _EFFICIENT_MARGIN_PCT)
+            if samples == 1:
+                limit = _with_margin(need, _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT)
+            else:
+                limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else _EFFICIENT_MARGIN_PCT)
         if k > 0:
             floor_ = 4 * GIB if (samples == 0 or k >= 2) else 0
             limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)

@@ -38,9 +38,9 @@ def timed(n: int, *, cpu: float, mem: int, limit: int | None = None, minutes: fl
 # 500m), 3 x 100Mi = 300Mi -> limit 512Mi, guaranteed. Run 1's 600Mi peak exceeds 512Mi (OOM risk)
 # and its 600m exceeds 500m (throttled). Waste: CPU (500-100) x 600; memory (4Gi-100Mi) x 600; run 1
 # would have been OOM-killed, so all it reserved is waste too (issue 25): CPU 300 x 600, memory 512Mi x 600.
-# efficient (E1-E9): run 0 no sample and no org prior -> 500m/4Gi; run 1 learning from run 0: CPU request
-# 100m (no buffer, E7), limit 120m -> 500m; memory 100Mi + 20 % = 120Mi (E3, E8), request = limit; run 1's
-# 600Mi is over it (killed: CPU 100 x 600 and memory 120Mi x 600 wasted), its 600m over 500m (throttled).
+# efficient (E1-E10): run 0 no sample and no org prior -> 500m/4Gi; run 1 learning from run 0: CPU request
+# 100m (no buffer, E7), limit 120m -> 500m; memory 100Mi + 50 % (one sample) = 150Mi (E3, E8), request =
+# limit; run 1's 600Mi is over it (killed: CPU 100 x 600 and memory 150Mi x 600 wasted), its 600m over 500m.
 HISTORY = [timed(0, cpu=100.0, mem=100 * MIB, limit=GIB), timed(1, cpu=600.0, mem=600 * MIB, limit=512 * MIB)]
 
 
@@ -62,7 +62,7 @@ async def test_backtest_by_hand(client: httpx.AsyncClient) -> None:
     assert (eff["runs_scored"], eff["oom_risk_runs"], eff["cpu_limit_runs"], eff["throttled_runs"]) == (2, 1, 2, 1)
     assert eff["cpu_waste_core_hours"] == pytest.approx((400 + 100) * 600 / 1000 / 3600, abs=1e-3)
     assert eff["memory_waste_gib_hours"] == pytest.approx(
-        (4 * GIB - 100 * MIB + 120 * MIB) * 600 / GIB / 3600, abs=1e-3
+        (4 * GIB - 100 * MIB + 150 * MIB) * 600 / GIB / 3600, abs=1e-3
     )
     # the recorded limits: run 0 had 1Gi for 100Mi (no risk, waste (1Gi - 100Mi) x 600), run 1 512Mi for
     # 600Mi (killed: its 512Mi x 600 is waste)

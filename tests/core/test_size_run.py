@@ -1,6 +1,6 @@
 """``size_run``: the one home of the sizing policy, per run, on both core backends.
 
-- the efficient policy's rules (E1-E9, docs/sizing.md) worked out by hand;
+- the efficient policy's rules (E1-E10, docs/sizing.md) worked out by hand;
 - the compiled backend gives the reference's answers (hypothesis), for every policy code;
 - ``backtest_walk`` scores exactly what ``size_run`` recommends before each run;
 - at ``i == n``, ``size_run`` gives what the live ``compute()`` answers for the same history,
@@ -30,7 +30,7 @@ from .conftest import PURE, compiled
 REF = importlib.import_module("service.core._reference")
 MIB = 1 << 20
 GIB = 1 << 30
-CI, FIXED, KRR, VPA, RECORDED, EFFICIENT = 0, 1, 2, 3, 4, 5
+CI, FIXED, KRR, VPA, RECORDED, EFFICIENT, GROWTH = 0, 1, 2, 3, 4, 5, 6
 KILLED, CLEAN, NEAR = 0, 1, 2
 NO_PINS = (-1, -1, -1, -1, 0, 0, 0, 0)
 RANK = {"org": 1, "repo": 2, "workflow": 3, "job": 4}
@@ -83,8 +83,9 @@ def test_e3_e8_margin_over_the_highest_peak(core: ModuleType) -> None:
 
 
 def test_e3_learning_margin(core: ModuleType) -> None:
-    # one or two samples: 20 % (1 sample of 100Mi -> 120Mi), where the seed triples (S8: 300Mi -> 512Mi)
-    assert size(core, job([100 * MIB])).memory_limit == 120 * MIB
+    # one sample: 50 % (100Mi -> 150Mi); two: 20 % (highest 100Mi -> 120Mi); the seed triples (S8: 300Mi -> 512Mi)
+    assert size(core, job([100 * MIB])).memory_limit == 150 * MIB
+    assert size(core, job([90 * MIB, 100 * MIB])).memory_limit == 120 * MIB
     assert size(core, job([100 * MIB]), CI).memory_limit == 512 * MIB
 
 
@@ -123,6 +124,31 @@ def test_e5_a_kill_doubles_two_kills_reach_the_default(core: ModuleType) -> None
     )  # fmt: skip
     s = size(core, two)
     assert (s.consecutive, s.memory_limit) == (2, 4 * GIB)  # 105Mi x 4 = 420Mi, raised to the default
+
+
+def test_e10_a_kill_is_remembered_after_its_streak(core: ModuleType) -> None:
+    # rule E10: killed at 105Mi, then a clean 100Mi run: the need is the 105Mi the run was killed at, not
+    # the samples' 100Mi that got it killed (105Mi x 1.05 = 110.25 -> 111Mi, E3 and E8)
+    kill = {"clean": [CLEAN] * 3 + [KILLED], "oom": [0, 0, 0, 2], "limit": [-1, -1, -1, 105 * MIB]}
+    h = job([100 * MIB] * 3 + [105 * MIB, 100 * MIB], clean=[*kill["clean"], CLEAN], oom=[*kill["oom"], 0],
+            limit=[*kill["limit"], 210 * MIB])  # fmt: skip
+    s = size(core, h)
+    assert (s.consecutive, s.memory_limit, s.memory_observed) == (0, 111 * MIB, 100 * MIB)
+    # the killed run's reported peak may be below the limit it was killed at: the limit counts
+    low = dict(h, mem_peak=[100 * MIB] * 3 + [60 * MIB, 100 * MIB])
+    assert size(core, low).memory_limit == 111 * MIB
+    # only the container that was killed: present elsewhere, absent from the killed run, it is not raised
+    absent = dict(h, present=[1, 1, 1, 0, 1])
+    assert size(core, absent).memory_limit == 105 * MIB
+    # the seed is unchanged (S14 after the streak: nothing)
+    assert size(core, h, CI).memory_limit == 128 * MIB
+    # while the streak runs, E5 alone speaks: 105Mi doubled once, not the killed limit plus a margin doubled
+    assert size(core, h, i=4).memory_limit == 210 * MIB
+    # a kill older than the oldest analysed sample (E2's 20) is forgotten, as E5's streak would be
+    old = job([100 * MIB, 105 * MIB] + [100 * MIB] * 20, clean=[CLEAN, KILLED] + [CLEAN] * 20,
+              oom=[0, 2] + [0] * 20, limit=[-1, 105 * MIB] + [-1] * 20)  # fmt: skip
+    assert size(core, old).memory_limit == 105 * MIB
+    assert size(core, old, i=21).memory_limit == 111 * MIB  # the oldest sample is run 0: the kill is in
 
 
 def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
@@ -214,7 +240,7 @@ _PINS = st.tuples(*(st.integers(-1, 8 * GIB) for _ in range(4)), *(st.integers(0
 @pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
 @settings(max_examples=400, deadline=None)
 @given(
-    h=columns(), data=st.data(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT]),
+    h=columns(), data=st.data(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT, GROWTH]),
     runs=st.integers(1, 25), buffer=st.integers(0, 1000), guaranteed=st.booleans(), pins=_PINS,
     ceiling=st.one_of(st.just(-1), st.integers(0, 8 * GIB)), backoff=st.one_of(st.just(-1), st.integers(0, 64 * GIB)),
     prior=st.one_of(st.just(-1), st.integers(32 * MIB, 4 * GIB)),
@@ -252,7 +278,8 @@ def test_constants_agree() -> None:
         pytest.skip("the compiled backend is not built")
     for name in (
         "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
-        "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS",
+        "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_FIRST_SAMPLE_MARGIN_PCT",
+        "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS",
         "PRIOR_EMPTY", "SIZED_FIELDS",
     ):  # fmt: skip
         assert getattr(cy, name) == getattr(REF, name), name
@@ -266,7 +293,7 @@ def test_constants_agree() -> None:
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
 @given(
-    h=columns(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT]), runs=st.integers(1, 8),
+    h=columns(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT, GROWTH]), runs=st.integers(1, 8),
     guaranteed=st.booleans(), pins=_PINS,
 )  # fmt: skip
 def test_backtest_walk_scores_size_run(

@@ -250,7 +250,8 @@ def test_when_every_connection_is_busy_a_clear_503_and_probes_still_answer(small
     try:
         for w in writers:
             w.start()
-        deadline = time.monotonic() + 5
+        # a wait, not a timing: the four threads' POSTs reach the app within seconds, later on a loaded machine
+        deadline = time.monotonic() + 30
         while True:  # wait until the four connections are inside the app
             answer = request(server, "/api/v1/info")
             if status_of(answer) == 503:
@@ -266,7 +267,7 @@ def test_when_every_connection_is_busy_a_clear_503_and_probes_still_answer(small
         refused = connect(server)
         answer, elapsed = until_closed(refused, 5)
         assert status_of(answer) == 503
-        assert elapsed < 1
+        assert elapsed < 2  # refused at once, not read until the 3 s header deadline
         for sock in held:
             sock.close()
     finally:

@@ -64,6 +64,15 @@ def test_a_worker_of_an_older_release_invalidates_everything_on_a_batch() -> Non
     # an older worker reads only "changed": a batch has none, which it treats as "everything changed"
     message = orjson.loads(changes.payloads("another worker", keys(2))[0])
     assert "changed" not in message
+    # what such a worker does with it: the lines it shares with this release (no "jobs" branch there),
+    # run here on the message without the key it does not know
+    cache = AnswerCache(100)
+    others = keys(3, org="globex")
+    for key in others:
+        cached(cache, key)
+    del message["jobs"]
+    changes.apply(cache, orjson.dumps(message).decode())
+    assert all(cache.fresh(key, P) is None for key in others)
 
 
 def _dsn(url: str) -> str:

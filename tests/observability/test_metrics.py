@@ -349,7 +349,12 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
             for _ in range(40):
                 assert c.get("/api/v1/sizing/a/b/c/d").status_code == 200
             # issue 39: the worst worker's readiness says what /readyz says, whichever worker answers
-            # (the supervisor, which serves nothing, kept a 0 in the directory, and this read 0)
+            # (the supervisor, which serves nothing, kept a 0 in the directory, and this read 0 for ever).
+            # A worker still starting is not ready yet: wait until both are (the supervisor's 0 never goes)
+            deadline = time.monotonic() + 60
+            while value(samples(c.get("/metrics").text), "ci_sizer_database_ready") != 1:
+                assert time.monotonic() < deadline, "the workers never all read ready"
+                time.sleep(0.2)
             for _ in range(10):
                 assert c.get("/readyz").status_code == 200
                 assert value(samples(c.get("/metrics").text), "ci_sizer_database_ready") == 1

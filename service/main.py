@@ -84,8 +84,10 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         )
         app.state.engine = engine
         # PostgreSQL: the build path's misses and single-run POSTs go through a lean asyncpg pool
-        # (sizing/fastpath.py, runs/fastpath.py); SQLite stays on the routes
+        # (sizing/fastpath.py, runs/fastpath.py); SQLite's POSTs stay on the routes
         app.state.pgpool = None if settings.is_sqlite else lean_pool(settings)
+        # SQLite: the misses are read in one hop to a pooled connection's thread (sizing/sqliteread.py)
+        app.state.sqlite_engine = engine if settings.is_sqlite else None
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
         app.state.write_engine = write_engine

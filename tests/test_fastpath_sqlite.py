@@ -1,6 +1,7 @@
 """The SQLite build path answered before routing (service/sizing/fastpath.py, sizing/sqliteread.py):
-a sizing miss read in one hop to a pooled aiosqlite connection's thread, with the route's answers,
-rules and fail-open promises. SQLite only: PostgreSQL's misses have their own one-statement read
+a sizing miss read in one hop to a thread with a read-only connection of its own (or, for an
+in-memory database, to a pooled aiosqlite connection's thread), with the route's answers, rules and
+fail-open promises. SQLite only: PostgreSQL's misses have their own one-statement read
 (tests/test_fastpath_pg.py)."""
 
 from __future__ import annotations
@@ -129,15 +130,21 @@ async def test_one_hop_answers_as_the_route_reads_them(make_client: Any, policy:
         seen: set[bytes] = set()
         policies: set[str] = set()
         scopes: set[str] = set()
+        reader = app.state.sqlite_reads
+        assert isinstance(reader, sqliteread.Reader)  # a database file: connections of its own
         for j in JOBS:
             for params in PARAMS:
-                fast = await sqliteread.recommend(engine=engine, key=key_of(j), params=params, policy=pol)
                 async with engine.connect() as conn:
                     slow = await sizing_service.recommend(conn=conn, key=key_of(j), params=params, policy=pol)
-                a, b = comparable(fast.answer.as_dict()), comparable(slow.answer.as_dict())
-                assert a == b, (j, params)
-                assert fast.job_id == slow.job_id
-                assert fast.fresh_until == slow.fresh_until, (j, params)
+                b = comparable(slow.answer.as_dict())
+                for fast in (
+                    await reader.recommend(key=key_of(j), params=params, policy=pol),
+                    await sqliteread.recommend(engine=engine, key=key_of(j), params=params, policy=pol),
+                ):
+                    a = comparable(fast.answer.as_dict())
+                    assert a == b, (j, params)
+                    assert fast.job_id == slow.job_id
+                    assert fast.fresh_until == slow.fresh_until, (j, params)
                 seen.add(orjson.dumps(a))
                 policies.add(a["meta"]["policy"])
                 scopes.add(a["meta"]["override_scope"])
@@ -154,11 +161,11 @@ def strip_times(body: bytes) -> bytes:
 async def test_the_front_answers_misses_byte_for_byte_as_the_route(
     make_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    reads: list[ScopeKey] = []
+    reads_seen: list[ScopeKey] = []
     real = sqliteread.read
 
     def counted(db: sqlite3.Connection, key: ScopeKey, params: SizingParams, policy: Any) -> sqliteread.Read:
-        reads.append(key)
+        reads_seen.append(key)
         return real(db, key, params, policy)
 
     monkeypatch.setattr(sqliteread, "read", counted)
@@ -166,8 +173,7 @@ async def test_the_front_answers_misses_byte_for_byte_as_the_route(
         await fill(client)
         app: Any = client.app  # type: ignore[attr-defined]
         answers = app.state.answers
-        engine = app.state.sqlite_engine
-        assert engine is app.state.engine
+        reads = app.state.sqlite_reads
         queries: list[dict[str, str]] = [
             {},
             {"runs": "3", "buffer": "0", "cpu_percentile": "p95"},
@@ -178,25 +184,25 @@ async def test_the_front_answers_misses_byte_for_byte_as_the_route(
         for j in JOBS:
             for query in queries:
                 answers.invalidate(key_of(j))
-                app.state.sqlite_engine = engine
-                before = len(reads)
+                app.state.sqlite_reads = reads
+                before = len(reads_seen)
                 front = await client.get(sizing_path(j), params=query)
-                assert len(reads) == before + 1  # read by the one-hop path
+                assert len(reads_seen) == before + 1  # read by the one-hop path
                 answers.invalidate(key_of(j))
-                app.state.sqlite_engine = None  # the route's read
+                app.state.sqlite_reads = None  # the route's read
                 route = await client.get(sizing_path(j), params=query)
-                assert len(reads) == before + 1
+                assert len(reads_seen) == before + 1
                 assert front.status_code == route.status_code == 200, (front.text, route.text)
                 assert front.headers["content-type"] == route.headers["content-type"]
                 assert "ci-sizer-degraded" not in front.headers
                 assert strip_times(front.content) == strip_times(route.content), (j, query)
-        app.state.sqlite_engine = engine
+        app.state.sqlite_reads = reads
         # a miss is cached as the route caches it: the next GET is a hit, no read
         answers.invalidate(key_of(CLEAN))
         first = await client.get(sizing_path(CLEAN))
-        count = len(reads)
+        count = len(reads_seen)
         assert (await client.get(sizing_path(CLEAN))).content == first.content
-        assert len(reads) == count
+        assert len(reads_seen) == count
 
 
 async def test_the_answers_follow_the_history_and_overrides(client: httpx.AsyncClient) -> None:
@@ -240,8 +246,9 @@ async def test_a_broken_read_answers_degraded_on_the_front_and_the_route(make_cl
         other = sqlite3.connect(database_path(db_url), isolation_level=None)
         try:
             other.execute("ALTER TABLE overrides RENAME TO overrides_away")
-            for engine in (app.state.engine, None):  # the front, then the route
-                app.state.sqlite_engine = engine
+            reads = app.state.sqlite_reads
+            for front in (reads, None):  # the front, then the route
+                app.state.sqlite_reads = front
                 app.state.answers.invalidate(key)
                 r = await asyncio.wait_for(client.get(sizing_path()), 20)
                 assert r.status_code == 200
@@ -252,20 +259,53 @@ async def test_a_broken_read_answers_degraded_on_the_front_and_the_route(make_cl
         finally:
             other.execute("ALTER TABLE overrides_away RENAME TO overrides")
             other.close()
-        app.state.sqlite_engine = app.state.engine
+        app.state.sqlite_reads = reads
         again = await client.get(sizing_path(), params={"format": "k8s"})
         assert again.status_code == 200
         assert "ci-sizer-degraded" not in again.headers
 
 
+#: a statement that keeps a reading thread busy for a second or two
+SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT count(*) FROM c"
+
+
 async def test_a_slow_read_answers_degraded_at_the_deadline(make_client: Any) -> None:
-    # every pooled connection held elsewhere: the miss waits for one (up to the 5 s pool timeout), and
-    # the deadline answers first, degraded; the read left behind does not disturb what follows
+    # every reading thread busy with a slow statement: the miss waits behind them, and the deadline
+    # answers first, degraded; the read left behind does not disturb what follows
+    async with make_client(sizing_deadline_ms=300) as client:
+        for n in range(1, 4):
+            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
+        app: Any = client.app  # type: ignore[attr-defined]
+        reader = app.state.sqlite_reads
+        assert isinstance(reader, sqliteread.Reader)
+        loop = asyncio.get_running_loop()
+        busy = [
+            loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
+            for _ in range(reader._executor._max_workers)
+        ]
+        await asyncio.sleep(0.05)
+        started = loop.time()
+        r = await asyncio.wait_for(client.get(sizing_path(), params={"format": "dotenv"}), 20)
+        took = loop.time() - started
+        await asyncio.gather(*busy)
+        assert r.status_code == 200
+        assert r.headers["ci-sizer-degraded"] == "true"
+        assert took < 1  # the deadline, not the slow statements
+        fine = await client.get(sizing_path())
+        assert fine.status_code == 200
+        assert "ci-sizer-degraded" not in fine.headers
+        assert fine.json()["meta"]["clean_samples"] == 3
+
+
+async def test_an_exhausted_pool_answers_degraded_at_the_deadline(make_client: Any) -> None:
+    # the engine's reads (an in-memory database's): every pooled connection held elsewhere, the miss
+    # waits for one (up to the 5 s pool timeout), and the deadline answers first, degraded
     async with make_client(sizing_deadline_ms=300) as client:
         for n in range(1, 4):
             assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
         app: Any = client.app  # type: ignore[attr-defined]
         engine = app.state.engine
+        app.state.sqlite_reads = sqliteread.EngineReads(engine)
         pool = engine.pool
         held = [await engine.connect() for _ in range(pool.size() + max(0, pool._max_overflow))]
         try:

@@ -15,8 +15,8 @@ On PostgreSQL (the lifespan sets ``app.state.pgpool``, a lean asyncpg pool) a mi
 as well: one statement (``sizing/pgread.py``) within the sizing deadline, the same ``compute`` and
 core, the answer cached under a ticket as the route caches it, and on a database fault or past the
 deadline the degraded answer (200, ``CI-Sizer-Degraded: true``). On SQLite (the lifespan sets
-``app.state.sqlite_engine``) a miss is answered here the same way, its reads in one hop to a pooled
-aiosqlite connection's thread (``sizing/sqliteread.py``), every policy included.
+``app.state.sqlite_reads``) a miss is answered here the same way, its reads in one hop to a thread
+with a read-only connection of its own (``sizing/sqliteread.py``), every policy included.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from service.observability.metrics import CACHE_HIT, CACHE_MISS, DATABASE_ERRORS
 from service.observability.middleware import RouteLabel
 from service.paths import segment
 from service.pgpool import Pool, PoolClosed
-from service.sizing import formats, pgread, sqliteread
+from service.sizing import formats, pgread
 from service.sizing import service as sizing_service
 from service.sizing.fit import TemplateCpu
 from service.sizing.params import BUFFER, DEFAULT, RUNS, SizingParams
@@ -149,7 +149,7 @@ class CachedSizing:
                 if found is None:
                     state = self.state
                     if state is not None and (
-                        getattr(state, "pgpool", None) is not None or getattr(state, "sqlite_engine", None) is not None
+                        getattr(state, "pgpool", None) is not None or getattr(state, "sqlite_reads", None) is not None
                     ):
                         found = await self._miss(key, params)
                 if found is not None:
@@ -201,9 +201,8 @@ class CachedSizing:
 
     async def _miss(self, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         """A cache miss: on PostgreSQL the answer read with one statement through the lean pool
-        (``sizing/pgread.py``), on SQLite in one hop to a pooled connection's thread
-        (``sizing/sqliteread.py``), within the sizing deadline, computed by the same ``compute``,
-        cached; on a database fault or past the deadline the degraded answer (fail-open, 200), as the
+        (``sizing/pgread.py``), on SQLite in one hop to a reading thread (``sizing/sqliteread.py``),
+        within the sizing deadline, computed by the same ``compute``, cached; on a database fault or past the deadline the degraded answer (fail-open, 200), as the
         route answers it. None (the route answers) on PostgreSQL when the job is sized by the
         ``efficient`` policy."""
         state = self.state
@@ -223,10 +222,7 @@ class CachedSizing:
             else:
                 # ``db.within``, as the route: a read on SQLite's thread cannot be interrupted (a lock
                 # waits up to busy_timeout), so it is left to finish in the background
-                rec = await within(
-                    deadline,
-                    sqliteread.recommend(engine=state.sqlite_engine, key=key, params=params.key, policy=policy),
-                )
+                rec = await within(deadline, state.sqlite_reads.recommend(key=key, params=params.key, policy=policy))
         except _FAULTS as exc:
             CACHE_MISS.inc()
             DEGRADED_ANSWERS.inc()

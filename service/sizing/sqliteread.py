@@ -17,16 +17,21 @@ rows do; the answer is computed by the same ``sizing.service.recommendation``. A
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 from collections import namedtuple
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.sql import Select
 
 from service import core
+from service.db import is_memory_sqlite
 from service.keys import ScopeKey
 from service.overrides.service import _APPLICABLE, PinRow, is_expired
 from service.sizing import history as history_module
@@ -53,14 +58,21 @@ class _Statement:
             c.type._cached_result_processor(_DIALECT, None) for c in columns
         ]
 
-    def rows(self, db: sqlite3.Connection, **values: Any) -> list[Any]:
+    def raw(self, db: sqlite3.Connection, **values: Any) -> list[tuple[Any, ...]]:
+        """The rows as the database gives them."""
         given = {**self.defaults, **values}
-        raw = db.execute(self.sql, tuple(given[name] for name in self.order)).fetchall()
+        return db.execute(self.sql, tuple(given[name] for name in self.order)).fetchall()
+
+    def convert(self, raw: list[tuple[Any, ...]]) -> list[Any]:
+        """Rows as SQLAlchemy would give them: each column through its type's result processor."""
         processors = self.processors
         make = self.row._make
         if not any(processors):
             return [make(r) for r in raw]
         return [make([v if p is None else p(v) for p, v in zip(processors, r, strict=True)]) for r in raw]
+
+    def rows(self, db: sqlite3.Connection, **values: Any) -> list[Any]:
+        return self.convert(self.raw(db, **values))
 
 
 _APPLICABLE_SQL = _Statement(_APPLICABLE)
@@ -71,19 +83,28 @@ _PRIOR_SQL = _Statement(priors._READ)
 
 
 class Read:
-    """What one miss read: the applicable pins, the job's id and history, the org's prior (or None)."""
+    """What one miss read: the applicable pins, the job's summary and window (rows as the database gave
+    them: ``history`` builds the job's history from them), the org's prior (or None)."""
 
-    __slots__ = ("history", "job_id", "pins", "prior")
+    __slots__ = ("history", "pins", "prior", "summary", "window")
 
     def __init__(
-        self, pins: dict[str, PinRow], job_id: int | None, history: History, prior: tuple[int, int] | None
+        self,
+        pins: dict[str, PinRow],
+        summary: tuple[Any, ...] | None,
+        window: list[tuple[Any, ...]],
+        prior: tuple[int, int] | None,
+        history: History | None = None,
     ) -> None:
-        self.pins, self.job_id, self.history, self.prior = pins, job_id, history, prior
+        self.pins, self.summary, self.window, self.prior, self.history = pins, summary, window, prior, history
 
 
 def read(db: sqlite3.Connection, key: ScopeKey, params: SizingParams, policy: Policy) -> Read:
-    """``sizing.service.recommend``'s reads, on the raw connection (run on its thread): in one
-    transaction, as the route's connection reads them."""
+    """``sizing.service.recommend``'s reads, on a raw connection (on its thread): in one transaction, as
+    the route's connection reads them. Only the few override rows are converted here; the window's
+    rows are left as they come (``history`` converts them on the event loop), so that the thread holds
+    the GIL as little as it can, except for an efficient answer, which needs its history to know
+    whether to read the prior (E6)."""
     db.execute("BEGIN")
     try:
         return _read(db, key, params, policy)
@@ -93,48 +114,54 @@ def read(db: sqlite3.Connection, key: ScopeKey, params: SizingParams, policy: Po
 
 def _read(db: sqlite3.Connection, key: ScopeKey, params: SizingParams, policy: Policy) -> Read:
     now = utcnow()
-    pins = {
-        row.scope: row
-        for row in _APPLICABLE_SQL.rows(db, org=key.org, repo=key.repo, workflow=key.workflow, job=key.job)
-        if not is_expired(row, now)
-    }
+    names = {"org": key.org, "repo": key.repo, "workflow": key.workflow, "job": key.job}
+    pins = {row.scope: row for row in _APPLICABLE_SQL.rows(db, **names) if not is_expired(row, now)}
     efficient = reads_samples(choose(pins, policy))
-    history = History()
-    summary = _SUMMARY_SQL.rows(db, org=key.org, repo=key.repo, workflow=key.workflow, job=key.job)
-    if not summary:
-        job_id = None
-    else:  # ``history.load_history``, step by step
-        job_id, history.clean_samples, node_memory = summary[0]
-        if policy.max_memory is None:
-            history.newest_node_memory_bytes = node_memory
+    found = _SUMMARY_SQL.raw(db, **names)
+    summary = found[0] if found else None
+    window: list[tuple[Any, ...]] = []
+    if summary is not None:  # a job never seen has no window (and, efficient, reads the prior below)
         runs = window_runs(params, efficient)
-        short = history.clean_samples == 0 or (efficient and history.clean_samples < runs)
-        window = _ALL_RUNS_SQL if short else _WINDOW_SQL
-        current: HistoryRun | None = None
-        for row in window.rows(db, job_id=job_id, runs=max(runs, _PHASE_SAMPLES)):
-            if current is None or current.id != row.id:
-                current = HistoryRun(id=row.id, clean=row.clean, pod_memory_peak_bytes=row.pod_memory_peak_bytes)
-                history.window.append(current)
-            current.containers[row.name] = row
+        clean_samples = summary[1]
+        short = clean_samples == 0 or (efficient and clean_samples < runs)
+        statement = _ALL_RUNS_SQL if short else _WINDOW_SQL
+        window = statement.raw(db, job_id=summary[0], runs=max(runs, _PHASE_SAMPLES))
+    if not efficient:
+        return Read(pins, summary, window, None)
+    history = history_of(summary, window, need_node_memory=policy.max_memory is None)
     prior: tuple[int, int] | None = None
-    if efficient and not priors.has_sample(history.window):  # E6
-        found = _PRIOR_SQL.rows(db, org=key.org)
-        prior = core.PRIOR_EMPTY if not found else (int(found[0].sampled_jobs), int(found[0].peak_bytes))
-    return Read(pins, job_id, history, prior)
+    if not priors.has_sample(history.window):  # E6
+        got = _PRIOR_SQL.rows(db, org=key.org)
+        prior = core.PRIOR_EMPTY if not got else (int(got[0].sampled_jobs), int(got[0].peak_bytes))
+    return Read(pins, summary, window, prior, history)
 
 
-async def recommend(*, engine: AsyncEngine, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
-    """``sizing.service.recommend`` with its reads in one hop to a pooled aiosqlite connection's thread.
-    Faults are the route's: the engine's (connecting, the pool) and ``sqlite3.Error`` (a locked or broken
-    database), which the caller treats as the route treats the engine's."""
-    async with engine.connect() as conn:
-        raw = await conn.get_raw_connection()
-        aio = raw.driver_connection  # the aiosqlite.Connection
-        found: Read = await aio._execute(_on_thread, aio, key, params, policy)  # type: ignore[union-attr]
+def history_of(summary: tuple[Any, ...] | None, window: list[tuple[Any, ...]], *, need_node_memory: bool) -> History:
+    """``history.load_history``'s result from the summary and window rows as the database gave them."""
+    history = History()
+    if summary is None:
+        return history
+    _, history.clean_samples, node_memory = summary
+    if need_node_memory:
+        history.newest_node_memory_bytes = node_memory
+    current: HistoryRun | None = None
+    for row in _WINDOW_SQL.convert(window):
+        if current is None or current.id != row.id:
+            current = HistoryRun(id=row.id, clean=row.clean, pod_memory_peak_bytes=row.pod_memory_peak_bytes)
+            history.window.append(current)
+        current.containers[row.name] = row
+    return history
+
+
+def finish(found: Read, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+    """The recommendation from what ``read`` read, as ``sizing.service.recommend`` computes it."""
+    history = found.history
+    if history is None:
+        history = history_of(found.summary, found.window, need_node_memory=policy.max_memory is None)
     return recommendation(
         key=key,
-        job_id=found.job_id,
-        history=found.history,
+        job_id=None if found.summary is None else found.summary[0],
+        history=history,
         pins=found.pins,
         params=params,
         policy=policy,
@@ -142,8 +169,91 @@ async def recommend(*, engine: AsyncEngine, key: ScopeKey, params: SizingParams,
     )
 
 
+async def recommend(*, engine: AsyncEngine, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+    """``sizing.service.recommend`` with its reads in one hop to a pooled aiosqlite connection's thread
+    (an in-memory database, whose connections cannot be opened twice). Faults are the route's: the
+    engine's (connecting, the pool) and ``sqlite3.Error`` (a locked or broken database), which the
+    caller treats as the route treats the engine's."""
+    async with engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        aio = raw.driver_connection  # the aiosqlite.Connection
+        found: Read = await aio._execute(_on_thread, aio, key, params, policy)  # type: ignore[union-attr]
+    return finish(found, key=key, params=params, policy=policy)
+
+
 def _on_thread(aio: Any, key: ScopeKey, params: SizingParams, policy: Policy) -> Read:
     return read(aio._conn, key, params, policy)
 
 
-__all__: Sequence[str] = ("Read", "read", "recommend")
+class Reader:
+    """The build path's own read connections to a SQLite file: plain ``sqlite3`` connections, one per
+    thread of a small executor, read-only (``query_only``), each read one hop to a thread and back
+    (no SQLAlchemy pool, no reset round trip on its return)."""
+
+    def __init__(self, path: str, *, threads: int = 2, busy_timeout: float = 5.0) -> None:
+        self.path = path
+        self.busy_timeout = busy_timeout
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="ci-sizer-sqlite-read")
+        self._local = threading.local()
+        self._opened: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+
+    def _db(self) -> sqlite3.Connection:
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute(f"PRAGMA busy_timeout={max(1, round(self.busy_timeout * 1000))}")
+                db.execute("PRAGMA query_only=ON")
+            except BaseException:
+                db.close()
+                raise
+            self._local.db = db
+            with self._lock:
+                self._opened.append(db)
+        return db
+
+    def _call(self, key: ScopeKey, params: SizingParams, policy: Policy) -> Read:
+        return read(self._db(), key, params, policy)
+
+    async def recommend(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+        """``sizing.service.recommend``; faults are ``sqlite3.Error`` (a database that cannot be opened,
+        a lock past ``busy_timeout``)."""
+        found = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, key, params, policy)
+        return finish(found, key=key, params=params, policy=policy)
+
+    def _close(self) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            for db in self._opened:
+                db.close()
+            self._opened.clear()
+
+    async def close(self) -> None:
+        """Stop the threads (a read still running finishes first: bound this) and close the connections."""
+        await asyncio.to_thread(self._close)
+
+
+class EngineReads:
+    """The same reads on the engine's pooled aiosqlite connections, for an in-memory database (whose
+    connections cannot be opened a second time) or a URL with options the plain connections would not read."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    async def recommend(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
+        return await recommend(engine=self.engine, key=key, params=params, policy=policy)
+
+    async def close(self) -> None:
+        """Nothing of its own: the engine is closed with the app."""
+
+
+def reads_for(database_url: str, engine: AsyncEngine, *, busy_timeout: float) -> Reader | EngineReads:
+    """The build path's SQLite reads: its own connections to a database file, else the engine's."""
+    url = make_url(database_url)
+    if is_memory_sqlite(database_url) or url.query or not url.database:
+        return EngineReads(engine)
+    return Reader(url.database, busy_timeout=busy_timeout)
+
+
+__all__: Sequence[str] = ("EngineReads", "Read", "Reader", "read", "reads_for", "recommend")

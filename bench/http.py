@@ -423,6 +423,9 @@ def sqlite_main(args: argparse.Namespace) -> None:
             "result": verdict(ok),
         }
     ]
+    if "baseline, cold" in figures:
+        rows[0]["baseline_rps"] = round(figures["baseline, cold"]["rps"])
+        rows[0]["baseline_p99_ms"] = round(figures["baseline, cold"]["p99_ms"], 2)
     save(args.results, "http-sqlite", rows)
 
 

@@ -16,6 +16,7 @@ import httpx
 import orjson
 import pytest
 from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from service.keys import ScopeKey
 from service.sizing import service as sizing_service
@@ -322,3 +323,29 @@ async def test_an_exhausted_pool_answers_degraded_at_the_deadline(make_client: A
         assert fine.status_code == 200
         assert "ci-sizer-degraded" not in fine.headers
         assert fine.json()["meta"]["clean_samples"] == 3
+
+
+async def test_reads_closed_under_a_request_answer_degraded(client: httpx.AsyncClient) -> None:
+    # the app shutting down closes its reads: a miss still in flight is a fault (degraded), never a 500
+    assert (await client.post("/api/v1/runs", json=run(1))).status_code == 201
+    app: Any = client.app  # type: ignore[attr-defined]
+    await app.state.sqlite_reads.close()
+    r = await client.get(sizing_path())
+    assert r.status_code == 200
+    assert r.headers["ci-sizer-degraded"] == "true"
+
+
+async def test_the_reads_open_a_database_file_and_never_create_one(tmp_path: Any, sqlite_only: str) -> None:
+    engine = create_async_engine("sqlite+aiosqlite://")
+    try:
+        assert isinstance(sqliteread.reads_for("sqlite+aiosqlite://", engine, busy_timeout=1), sqliteread.EngineReads)
+        assert isinstance(sqliteread.reads_for(sqlite_only, engine, busy_timeout=1), sqliteread.Reader)
+        missing = tmp_path / "absent.db"
+        reader = sqliteread.reads_for(f"sqlite+aiosqlite:///{missing}", engine, busy_timeout=1)
+        assert isinstance(reader, sqliteread.Reader)
+        with pytest.raises(sqlite3.OperationalError):
+            await reader.recommend(key=key_of(JOB), params=SizingParams(), policy=sizing_service.Policy())
+        await reader.close()
+        assert not missing.exists()
+    finally:
+        await engine.dispose()

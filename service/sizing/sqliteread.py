@@ -23,6 +23,7 @@ import threading
 from collections import namedtuple
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -185,6 +186,10 @@ def _on_thread(aio: Any, key: ScopeKey, params: SizingParams, policy: Policy) ->
     return read(aio._conn, key, params, policy)
 
 
+class ReadsClosed(sqlite3.OperationalError):
+    """A miss asked for after the reads were closed (the app shutting down): a fault, answered degraded."""
+
+
 class Reader:
     """The build path's own read connections to a SQLite file: plain ``sqlite3`` connections, one per
     thread of a small executor, read-only (``query_only``), each read one hop to a thread and back
@@ -197,11 +202,16 @@ class Reader:
         self._local = threading.local()
         self._opened: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
+        self._closed = False
 
     def _db(self) -> sqlite3.Connection:
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
-            db = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+            # ``mode=rw``: a reader never creates the file (the engine's migrations make it)
+            uri = Path(self.path).absolute().as_uri() + "?mode=rw"
+            db = sqlite3.connect(
+                uri, uri=True, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False
+            )
             try:
                 db.execute(f"PRAGMA busy_timeout={max(1, round(self.busy_timeout * 1000))}")
                 db.execute("PRAGMA query_only=ON")
@@ -218,11 +228,14 @@ class Reader:
 
     async def recommend(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
         """``sizing.service.recommend``; faults are ``sqlite3.Error`` (a database that cannot be opened,
-        a lock past ``busy_timeout``)."""
+        a lock past ``busy_timeout``, the reads closed under a request at shutdown)."""
+        if self._closed:
+            raise ReadsClosed("the build path's SQLite reads are closed")
         found = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, key, params, policy)
         return finish(found, key=key, params=params, policy=policy)
 
     def _close(self) -> None:
+        self._closed = True
         self._executor.shutdown(wait=True, cancel_futures=True)
         with self._lock:
             for db in self._opened:
@@ -256,4 +269,4 @@ def reads_for(database_url: str, engine: AsyncEngine, *, busy_timeout: float) ->
     return Reader(url.database, busy_timeout=busy_timeout)
 
 
-__all__: Sequence[str] = ("EngineReads", "Read", "Reader", "read", "reads_for", "recommend")
+__all__: Sequence[str] = ("EngineReads", "Read", "Reader", "ReadsClosed", "read", "reads_for", "recommend")

@@ -44,6 +44,7 @@ bench: $(PY)  ## all benches (under 10 minutes); writes bench/RESULTS.md
 	$(PY) bench/mixed.py $(DB_FLAG) --replicas 2 --results bench/out/mixed-replicas.json
 	$(PY) bench/core.py --results bench/out/core.json
 	$(PY) bench/http.py $(DB_FLAG) --results bench/out/http.json
+	$(PY) bench/http.py --sqlite --results bench/out/http-sqlite.json
 	$(PY) bench/history.py $(DB_FLAG) --results bench/out/history.json
 	$(PY) bench/ingest.py $(DB_FLAG) --results bench/out/ingest.json
 	$(PY) bench/pgpool.py $(DB_FLAG) --results bench/out/pgpool.json
@@ -51,5 +52,5 @@ bench: $(PY)  ## all benches (under 10 minutes); writes bench/RESULTS.md
 	$(PY) bench/backtest.py --results bench/out/backtest.json
 	$(PY) bench/ui.py $(DB_FLAG) --results bench/out/ui.json
 	$(PY) bench/ui.py --sqlite --results bench/out/ui-sqlite.json
-	$(PY) bench/report.py bench/out/mixed.json bench/out/mixed-workers.json bench/out/mixed-replicas.json bench/out/core.json bench/out/http.json bench/out/history.json bench/out/ingest.json bench/out/pgpool.json bench/out/placement.json bench/out/backtest.json bench/out/ui.json bench/out/ui-sqlite.json > bench/RESULTS.md
+	$(PY) bench/report.py bench/out/mixed.json bench/out/mixed-workers.json bench/out/mixed-replicas.json bench/out/core.json bench/out/http.json bench/out/http-sqlite.json bench/out/history.json bench/out/ingest.json bench/out/pgpool.json bench/out/placement.json bench/out/backtest.json bench/out/ui.json bench/out/ui-sqlite.json > bench/RESULTS.md
 	@echo "wrote bench/RESULTS.md"

@@ -10,6 +10,15 @@ job once, in a random order (each GET the first of its job since the restart), b
 Cold target (issue 20): ratio >= 0.8 and p99 <= 30 ms.
 
     python bench/http.py [--database-url postgresql://...] [--seconds 5] [--rounds 3]
+
+``--sqlite``: the cold shape on SQLite (issue 38) instead: a SQLite file filled through
+``POST /api/v1/runs:batch`` (``--cold-jobs`` jobs x 3-5 runs), then in each round a freshly started
+server asked for each job once beside the bare app (no warm rounds). ``--baseline DIR``: one more
+contestant in the cold rounds, another build's source tree (``git archive integ | tar -x -C DIR``,
+with the compiled core copied into ``DIR/service/core``), started from ``DIR`` on the same database,
+so that a change is measured side by side with what it replaces:
+
+    python bench/http.py --sqlite --baseline /tmp/integ-tree
 """
 
 from __future__ import annotations
@@ -50,6 +59,18 @@ class BareApp(LiveServer):
             *(sys.executable, str(ROOT / "bench" / "bare_app.py")),
             *("--port", str(self.port), "--workers", str(self.workers)),
         ]
+
+
+class Checkout(LiveServer):
+    """``ci-sizer serve`` from another source tree (``--baseline``): its ``service`` package first on the path."""
+
+    def __init__(self, tree: Path, database_url: str, *args: str, log: Path) -> None:
+        super().__init__(database_url, *args, log=log)
+        self.tree = tree
+
+    def command(self) -> list[str]:
+        boot = f"import runpy, sys; sys.path.insert(0, {str(self.tree)!r}); runpy.run_module('service', run_name='__main__')"
+        return [sys.executable, "-c", boot, *super().command()[3:]]
 
 
 async def warm(url: str, paths: list[str], concurrency: int = 32) -> None:
@@ -166,9 +187,14 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--cold-jobs", type=int, default=3000, help="jobs asked for in the cold-start rounds")
     parser.add_argument("--results", help="write the figures as JSON here (for bench/report.py)")
+    parser.add_argument("--sqlite", action="store_true", help="the cold rounds on SQLite, filled through the API")
+    parser.add_argument("--baseline", type=Path, help="another build's source tree, beside ci-sizer in the cold rounds")
     args = parser.parse_args()
     if not _wrk.available():
         sys.exit("wrk is not installed: apt-get install wrk")
+    if args.sqlite:
+        sqlite_main(args)
+        return
 
     server, owned = _load.server_url(args.database_url)
     try:
@@ -273,8 +299,10 @@ def bench(url: str, paths: list[str], tmp: Path, args: argparse.Namespace) -> di
 def cold_rounds(url: str, paths: list[str], tmp: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Each round restarts ci-sizer (an empty answer cache, a new process) and asks for each of
     ``--cold-jobs`` jobs once (a different sample each round); the bare app, restarted too, answers the
-    same sequence."""
+    same sequence; with ``--baseline``, the other build too, on the same sample."""
     results: dict[str, list[dict[str, Any]]] = {"bare FastAPI, cold": [], "ci-sizer, cold": []}
+    if args.baseline is not None:
+        results["baseline, cold"] = []
     for r in range(args.rounds):
         sample = random.Random(r).sample(paths, min(args.cold_jobs, len(paths)))
         with BareApp(tmp / "answer.json", tmp / "bare-cold.log") as bare:
@@ -283,6 +311,11 @@ def cold_rounds(url: str, paths: list[str], tmp: Path, args: argparse.Namespace)
             )
         with LiveServer(url, "--log-level", "info", log=tmp / "ci-sizer-cold.log") as ours:
             results["ci-sizer, cold"].append(cold(ours.url, sample, connections=args.connections, seed=r + 1, tmp=tmp))
+        if args.baseline is not None:
+            with Checkout(args.baseline, url, "--log-level", "info", log=tmp / "baseline-cold.log") as other:
+                results["baseline, cold"].append(
+                    cold(other.url, sample, connections=args.connections, seed=r + 1, tmp=tmp)
+                )
         for name, figs in results.items():
             fig = figs[-1]
             print(
@@ -298,6 +331,102 @@ def cold_rounds(url: str, paths: list[str], tmp: Path, args: argparse.Namespace)
         }
         for name, figs in results.items()
     }
+
+
+def fill_sqlite(url: str, jobs: int, tmp: Path) -> None:
+    """``jobs`` jobs x 3-5 runs through ``POST /api/v1/runs:batch`` (SQLite has no COPY)."""
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    rng = random.Random(1)
+    bodies = []
+    for i in range(jobs):
+        org, repo, workflow, name = _load.job_key(i)
+        cpu, mem = rng.uniform(100, 3000), rng.randint(200, 6000) * 2**20
+        for n in range(3 + i % 3):
+            finished = now - timedelta(hours=6 * n + i % 6)
+            stats = {
+                k: cpu * f
+                for k, f in zip(("peak", "p99", "p95", "p75", "p50", "avg"), (1.4, 1.3, 1.2, 1, 0.8, 0.7), strict=True)
+            }
+            helper = {
+                "name": "helper",
+                "cpu_stats_millicores": {k: v / 10 for k, v in stats.items()},
+                "memory_peak_bytes": mem // 10,
+            }
+            bodies.append(
+                {
+                    "org": org, "repo": repo, "workflow": workflow, "job": name, "run_id": f"run-{n}",
+                    "started_at": (finished - timedelta(minutes=12)).isoformat() + "Z",
+                    "finished_at": finished.isoformat() + "Z", "node_memory_bytes": 16 * 2**30,
+                    "containers": [{"name": "build", "cpu_stats_millicores": stats,
+                                    "memory_peak_bytes": int(mem * rng.uniform(0.8, 1.2))}, helper],
+                }
+            )  # fmt: skip
+    with LiveServer(url, "--log-level", "warning", log=tmp / "load.log") as live:
+        with httpx.Client(base_url=live.url, timeout=120) as client:
+            for first in range(0, len(bodies), 500):
+                r = client.post("/api/v1/runs:batch", json={"runs": bodies[first : first + 500]})
+                assert r.status_code == 200, r.text
+                print(f"  loaded {min(first + 500, len(bodies)):,} / {len(bodies):,} runs", end="\r", flush=True)
+    print()
+
+
+def sqlite_main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        url = f"sqlite:///{tmp}/bench-http.db"
+        done = subprocess.run(
+            [sys.executable, "-m", "service", "migrate", "--database-url", url],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"ci-sizer migrate failed:\n{done.stderr}")
+        print(f"filling {args.cold_jobs:,} jobs x 3-5 runs through the API ...", flush=True)
+        fill_sqlite(url, args.cold_jobs, tmp)
+        paths = [_load.sizing_path(i) for i in range(args.cold_jobs)]
+        with LiveServer(url, log=tmp / "answer.log") as once:
+            answer = httpx.get(once.url + paths[0], timeout=10)
+            answer.raise_for_status()
+            (tmp / "answer.json").write_bytes(answer.content)
+        figures = cold_rounds(url, paths, tmp, args)
+    print()
+    print(f"{'':<22}{'req/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'errors':>8}")
+    for name, fig in figures.items():
+        print(f"{name:<22}{fig['rps']:>10.0f}{fig['p50_ms']:>10.2f}{fig['p99_ms']:>10.2f}{fig['errors']:>8}")
+    ours, bare = figures["ci-sizer, cold"], figures["bare FastAPI, cold"]
+    ok = ours["p99_ms"] <= 30
+    print(
+        f"SQLite cold start (first GET of each of {args.cold_jobs:,} jobs after a restart): ratio "
+        f"{ours['rps'] / bare['rps']:.2f}, p99 {ours['p99_ms']:.2f} ms (target p99 <= 30 ms: {verdict(ok)})"
+    )
+    if "baseline, cold" in figures:
+        base = figures["baseline, cold"]
+        print(f"against the baseline: p99 {base['p99_ms']:.2f} -> {ours['p99_ms']:.2f} ms, "
+              f"req/s {base['rps']:.0f} -> {ours['rps']:.0f}")  # fmt: skip
+    rows = [
+        {
+            "figure": (
+                f"cold start on SQLite: a server just restarted, the first GET of each of {args.cold_jobs:,} jobs "
+                f"(3-5 runs each, filled through the API), {args.connections} connections"
+            ),
+            "ci_sizer_rps": round(ours["rps"]),
+            "bare_rps": round(bare["rps"]),
+            "ratio": round(ours["rps"] / bare["rps"], 2),
+            "ci_sizer_p50_ms": round(ours["p50_ms"], 2),
+            "ci_sizer_p99_ms": round(ours["p99_ms"], 2),
+            "bare_p50_ms": round(bare["p50_ms"], 2),
+            "bare_p99_ms": round(bare["p99_ms"], 2),
+            "target": "p99 <= 30 ms",
+            "result": verdict(ok),
+        }
+    ]
+    if "baseline, cold" in figures:
+        rows[0]["baseline_rps"] = round(figures["baseline, cold"]["rps"])
+        rows[0]["baseline_p99_ms"] = round(figures["baseline, cold"]["p99_ms"], 2)
+    save(args.results, "http-sqlite", rows)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ from service.runs.fastpath import FastRuns
 from service.runs.retention import Pruner
 from service.runs.service import JobIds
 from service.settings import Settings, get_settings, is_loopback
-from service.sizing import ceilings, pgread
+from service.sizing import ceilings, pgread, sqliteread
 from service.sizing.fastpath import CachedSizing
 from service.sizing.service import Policy
 from service.sizing.state import StateRepair
@@ -84,8 +84,12 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         )
         app.state.engine = engine
         # PostgreSQL: the build path's misses and single-run POSTs go through a lean asyncpg pool
-        # (sizing/fastpath.py, runs/fastpath.py); SQLite stays on the routes
+        # (sizing/fastpath.py, runs/fastpath.py); SQLite's POSTs stay on the routes
         app.state.pgpool = None if settings.is_sqlite else lean_pool(settings)
+        # SQLite: the build path's misses are read in one hop to a thread of its own (sizing/sqliteread.py)
+        app.state.sqlite_reads = (
+            sqliteread.reads_for(settings.database_url, engine, busy_timeout=connect) if settings.is_sqlite else None
+        )
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)
         app.state.write_engine = write_engine
@@ -173,6 +177,10 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
             if app.state.pgpool is not None:
                 await shutdown.bounded(
                     app.state.pgpool.close(), shutdown.CLOSE_SECONDS, "closing the build path's pool"
+                )
+            if app.state.sqlite_reads is not None:
+                await shutdown.bounded(
+                    app.state.sqlite_reads.close(), shutdown.CLOSE_SECONDS, "closing the build path's SQLite reads"
                 )
             await shutdown.bounded(_dispose(engine, write_engine), shutdown.CLOSE_SECONDS, "closing the engines' pools")
             logs.flush()

@@ -173,6 +173,13 @@ def postgresql_only(postgresql_database: str) -> Iterator[str]:
 
 
 @pytest.fixture
+def sqlite_only(sqlite_database: str) -> Iterator[str]:
+    """For a module whose tests run on SQLite only: its ``db_url`` fixture returns this one."""
+    yield sqlite_database
+    _clean_sync(sqlite_database)
+
+
+@pytest.fixture
 async def pg(db_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A plain asyncpg connection to this test's PostgreSQL database, to look at what the app stored."""
     u = make_url(db_url)

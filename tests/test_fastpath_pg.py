@@ -1,6 +1,7 @@
 """The PostgreSQL build path answered before routing (service/sizing/fastpath.py, sizing/pgread.py,
 service/runs/fastpath.py): one statement per sizing miss and per new run, through the lean pool,
-with the route's answers, rules and fail-open promises. PostgreSQL only: SQLite stays on the routes."""
+with the route's answers, rules and fail-open promises. PostgreSQL only: SQLite's POSTs stay on the routes and its
+sizing misses have their own read (tests/test_fastpath_sqlite.py)."""
 
 from __future__ import annotations
 

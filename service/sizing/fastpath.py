@@ -14,7 +14,9 @@ and body the route would send.
 On PostgreSQL (the lifespan sets ``app.state.pgpool``, a lean asyncpg pool) a miss is answered here
 as well: one statement (``sizing/pgread.py``) within the sizing deadline, the same ``compute`` and
 core, the answer cached under a ticket as the route caches it, and on a database fault or past the
-deadline the degraded answer (200, ``CI-Sizer-Degraded: true``). SQLite stays on the route.
+deadline the degraded answer (200, ``CI-Sizer-Degraded: true``). On SQLite (the lifespan sets
+``app.state.sqlite_reads``) a miss is answered here the same way, its reads in one hop to a thread
+with a read-only connection of its own (``sizing/sqliteread.py``), every policy included.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import sqlite3
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -30,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import TokenStore, principal_from
 from service.cache import AnswerCache, CacheKey, Entry
-from service.db import DB_FAULTS
+from service.db import DB_FAULTS, within
 from service.errors import ServiceError
 from service.keys import ScopeKey
 from service.observability.metrics import CACHE_HIT, CACHE_MISS, DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDED
@@ -55,8 +58,9 @@ _CANONICAL_INT = re.compile(r"0|[1-9][0-9]{0,3}")
 _FORMATS = frozenset(("json", *formats.RENDERERS))
 _DEGRADED = formats.DEGRADED_HEADER.lower().encode()
 log = logging.getLogger("ci_sizer.sizing")
-#: what makes a miss answer degraded: the database's faults, and the pool closing under a request
-_FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed)
+#: what makes a miss answer degraded: the database's faults, the pool closing under a request, and
+#: the raw sqlite3 connection's errors (a locked or broken database; SQLAlchemy wraps them on the route)
+_FAULTS: tuple[type[Exception], ...] = (*DB_FAULTS, PoolClosed, sqlite3.Error)
 
 
 class Params(NamedTuple):
@@ -143,9 +147,11 @@ class CachedSizing:
                 key, params = request
                 found = self._hit(key, params)
                 if found is None:
-                    pool = getattr(self.state, "pgpool", None) if self.state is not None else None
-                    if pool is not None:
-                        found = await self._miss(pool, key, params)
+                    state = self.state
+                    if state is not None and (
+                        getattr(state, "pgpool", None) is not None or getattr(state, "sqlite_reads", None) is not None
+                    ):
+                        found = await self._miss(key, params)
                 if found is not None:
                     media_type, body, degraded = found
                     scope["route"] = self.route
@@ -193,22 +199,30 @@ class CachedSizing:
             return "application/json", hit.body, False
         return (*formats.render(params.output, hit.answer, params.mapping, params.limits), False)
 
-    async def _miss(self, pool: Pool, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
-        """A cache miss on PostgreSQL: the answer read with one statement through the lean pool
-        (``sizing/pgread.py``) within the sizing deadline, computed by the same ``compute``, cached;
-        on a database fault or past the deadline the degraded answer (fail-open, 200), as the route
-        answers it. None when the job is sized by the ``efficient`` policy: the route answers it."""
+    async def _miss(self, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
+        """A cache miss: on PostgreSQL the answer read with one statement through the lean pool
+        (``sizing/pgread.py``), on SQLite in one hop to a reading thread (``sizing/sqliteread.py``),
+        within the sizing deadline, computed by the same ``compute``, cached; on a database fault or past the deadline the degraded answer (fail-open, 200), as the
+        route answers it. None (the route answers) on PostgreSQL when the job is sized by the
+        ``efficient`` policy."""
         state = self.state
         settings = state.settings
         policy = self._policy
         if policy is None:  # the settings and ceilings are the app's for its life
             policy = self._policy = Policy.of(settings, state.ceilings)
         ticket = self.cache.ticket(key)
+        deadline = settings.sizing_deadline_ms / 1000
+        pool: Pool | None = state.pgpool
         try:
-            # the deadline inline, not ``db.within``'s task: on the lean pool a cancelled read gives up
-            # at once (the connection is terminated, no round trip), so nothing waits past it
-            async with asyncio.timeout(settings.sizing_deadline_ms / 1000):
-                rec = await _read(pool, key, params.key, policy, state.state_repair)
+            if pool is not None:
+                # the deadline inline, not ``db.within``'s task: on the lean pool a cancelled read gives
+                # up at once (the connection is terminated, no round trip), so nothing waits past it
+                async with asyncio.timeout(deadline):
+                    rec = await _read(pool, key, params.key, policy, state.state_repair)
+            else:
+                # ``db.within``, as the route: a read on SQLite's thread cannot be interrupted (a lock
+                # waits up to busy_timeout), so it is left to finish in the background
+                rec = await within(deadline, state.sqlite_reads.recommend(key=key, params=params.key, policy=policy))
         except _FAULTS as exc:
             CACHE_MISS.inc()
             DEGRADED_ANSWERS.inc()

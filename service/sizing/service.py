@@ -301,14 +301,42 @@ async def recommend(*, conn: AsyncConnection, key: ScopeKey, params: SizingParam
     job_id, history = await load_history(
         conn=conn,
         key=key,
-        runs=max(params.runs, priors.EFFICIENT_MIN_WINDOW) if efficient else params.runs,  # E2
+        runs=window_runs(params, efficient),  # E2
         need_node_memory=policy.max_memory is None,
         every_run_when_short=efficient,
     )
     first_run = efficient and not priors.has_sample(history.window)
-    prior = core.prior_read(await priors.read(conn=conn, org=key.org)) if first_run else -1  # E6
+    prior = await priors.read(conn=conn, org=key.org) if first_run else None  # E6
+    return recommendation(key=key, job_id=job_id, history=history, pins=pins, params=params, policy=policy, prior=prior)
+
+
+def window_runs(params: SizingParams, efficient: bool) -> int:
+    """How many clean runs the window of a job sized by the policy reaches back to (E2)."""
+    return max(params.runs, priors.EFFICIENT_MIN_WINDOW) if efficient else params.runs
+
+
+def recommendation(
+    *,
+    key: ScopeKey,
+    job_id: int | None,
+    history: History,
+    pins: dict[str, PinRow],
+    params: SizingParams,
+    policy: Policy,
+    prior: tuple[int, int] | None,
+) -> Recommendation:
+    """The answer computed from what ``recommend`` read (``prior``: the org's prior state, read only for
+    an efficient answer with no sample, E6), with how long it holds."""
+    first_run = prior is not None
     started = time.perf_counter()
-    computed = compute(key=key, history=history, pins=pins, params=params, policy=policy, prior=prior)
+    computed = compute(
+        key=key,
+        history=history,
+        pins=pins,
+        params=params,
+        policy=policy,
+        prior=-1 if prior is None else core.prior_read(prior),
+    )
     CORE_DURATION.labels(operation="size_job").observe(time.perf_counter() - started)
     expiries = [o.expires_at.replace(tzinfo=UTC).timestamp() for o in pins.values() if o.expires_at is not None]
     if first_run:  # other jobs' runs move the prior (E6): an answer that read it is not cached

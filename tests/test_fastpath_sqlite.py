@@ -1,0 +1,351 @@
+"""The SQLite build path answered before routing (service/sizing/fastpath.py, sizing/sqliteread.py):
+a sizing miss read in one hop to a thread with a read-only connection of its own (or, for an
+in-memory database, to a pooled aiosqlite connection's thread), with the route's answers, rules and
+fail-open promises. SQLite only: PostgreSQL's misses have their own one-statement read
+(tests/test_fastpath_pg.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from service.keys import ScopeKey
+from service.sizing import service as sizing_service
+from service.sizing import sqliteread
+from service.sizing.params import SizingParams
+
+from .helpers import GIB, JOB, MIB, container, run, sizing_path
+
+
+@pytest.fixture
+def db_url(sqlite_only: str) -> str:
+    """This module's tests run on SQLite only (overrides conftest's both-databases fixture)."""
+    return sqlite_only
+
+
+def job(name: str, *, org: str = "acme", repo: str = "web", workflow: str = "ci.yml") -> dict[str, str]:
+    return {"org": org, "repo": repo, "workflow": workflow, "job": name}
+
+
+def key_of(j: dict[str, str]) -> ScopeKey:
+    return ScopeKey(j["org"], j["repo"], j["workflow"], j["job"])
+
+
+#: jobs with histories of every kind the read path tells apart
+CLEAN = job("clean")
+OOM = job("oom")
+TWO = job("two-containers")
+ONE = job("one-run")
+KILLED = job("killed-only")  # no clean run: the whole history is the window (and no efficient sample: E6's prior)
+PINNED = job("pinned")  # a job override
+WORKFLOW = job("wf-job", workflow="wf2.yml")  # a workflow override
+EFFICIENT = job("eff-job", repo="eff")  # a repo override choosing the efficient policy
+GROWTH = job("growth-job", repo="grow")  # a job override choosing the growth policy
+BETA = job("beta-job", org="beta")  # an org override, expiring
+UNSEEN = job("never-seen")
+BETA_UNSEEN = job("never-seen", org="beta")
+JOBS = (CLEAN, OOM, TWO, ONE, KILLED, PINNED, WORKFLOW, EFFICIENT, GROWTH, BETA, UNSEEN, BETA_UNSEEN)
+PARAMS = (
+    SizingParams(),
+    SizingParams(runs=1),
+    SizingParams(runs=5, buffer=0, cpu_percentile="peak"),
+    SizingParams(runs=50, buffer=40, cpu_percentile="p50"),
+)
+
+
+async def fill(client: httpx.AsyncClient) -> None:
+    bodies: list[dict[str, Any]] = []
+    for n in range(1, 13):
+        bodies.append(run(n, container(cpu=90.0 * n, mem=(n % 5 + 1) * 120 * MIB, limit=900 * MIB), job=CLEAN))
+        bodies.append(
+            run(n, container(cpu=200.0, mem=(n % 3 + 2) * 200 * MIB, limit=800 * MIB, oom_killed=n % 3 == 0), job=OOM)
+        )
+        bodies.append(
+            run(
+                n,
+                container(cpu=[100.0 * n, 50.0, 300.0]),
+                container("db", mem=64 * MIB * n, limit=2 * GIB),
+                job=TWO,
+                node_memory_bytes=(8 + n % 2) * GIB,
+            )
+        )
+    for n in range(1, 5):
+        bodies.append(run(n, container(mem=700 * MIB, limit=512 * MIB, oom_killed=True), job=KILLED))
+    bodies.append(run(1, container(cpu=1500.0, mem=3 * GIB), job=ONE))
+    for j, m in ((PINNED, 1), (WORKFLOW, 2), (EFFICIENT, 3), (GROWTH, 4), (BETA, 5)):
+        for n in range(1, 7):
+            oom = n == 5 and j in (EFFICIENT, GROWTH)
+            bodies.append(
+                run(n, container(cpu=100.0 * m, mem=m * 256 * MIB, limit=m * 300 * MIB, oom_killed=oom), job=j)
+            )
+    r = await client.post("/api/v1/runs:batch", json={"runs": bodies})
+    assert r.status_code in (200, 201, 207), r.text
+    expires = (datetime.now(UTC) + timedelta(days=3)).isoformat()
+    overrides = {
+        "/api/v1/sizing/overrides/acme/web/ci.yml/pinned": {"memory_limit": "3Gi", "cpu_request": "250m"},
+        "/api/v1/sizing/overrides/acme/web/wf2.yml": {"cpu_request": "750m"},
+        "/api/v1/sizing/overrides/acme/eff": {"sizing_policy": "efficient"},
+        "/api/v1/sizing/overrides/acme/grow/ci.yml/growth-job": {"sizing_policy": "growth"},
+        "/api/v1/sizing/overrides/beta": {"cpu_limit": "3", "expires_at": expires},
+    }
+    for path, body in overrides.items():
+        put = await client.put(path, json=body)
+        assert put.status_code == 201, put.text
+    # an override that expired (set in the past by hand: the API refuses one): it no longer applies
+    put = await client.put("/api/v1/sizing/overrides/acme/web/ci.yml/clean", json={"cpu_limit": "9"})
+    assert put.status_code == 201, put.text
+    app: Any = client.app  # type: ignore[attr-defined]
+    db = sqlite3.connect(make_url(app.state.settings.database_url).database or "", isolation_level=None)
+    try:
+        past = (datetime.now(UTC) - timedelta(minutes=1)).replace(tzinfo=None).isoformat(sep=" ")
+        db.execute("UPDATE overrides SET expires_at = ? WHERE job = 'clean'", (past,))
+    finally:
+        db.close()
+    app.state.answers.invalidate(key_of(CLEAN))
+
+
+def comparable(answer: dict[str, Any]) -> dict[str, Any]:
+    answer["meta"].pop("generated_at")
+    return answer
+
+
+@pytest.mark.parametrize("policy", ["seed", "efficient"])
+async def test_one_hop_answers_as_the_route_reads_them(make_client: Any, policy: str) -> None:
+    # the same overrides, history, prior and answer as the route's SQLAlchemy statements, for every job
+    async with make_client(
+        sizing_policy=policy, memory_qos="burstable" if policy == "seed" else "guaranteed"
+    ) as client:
+        await fill(client)
+        app: Any = client.app  # type: ignore[attr-defined]
+        engine = app.state.engine
+        pol = sizing_service.Policy.of(app.state.settings, app.state.ceilings)
+        seen: set[bytes] = set()
+        policies: set[str] = set()
+        scopes: set[str] = set()
+        reader = app.state.sqlite_reads
+        assert isinstance(reader, sqliteread.Reader)  # a database file: connections of its own
+        for j in JOBS:
+            for params in PARAMS:
+                async with engine.connect() as conn:
+                    slow = await sizing_service.recommend(conn=conn, key=key_of(j), params=params, policy=pol)
+                b = comparable(slow.answer.as_dict())
+                for fast in (
+                    await reader.recommend(key=key_of(j), params=params, policy=pol),
+                    await sqliteread.recommend(engine=engine, key=key_of(j), params=params, policy=pol),
+                ):
+                    a = comparable(fast.answer.as_dict())
+                    assert a == b, (j, params)
+                    assert fast.job_id == slow.job_id
+                    assert fast.fresh_until == slow.fresh_until, (j, params)
+                seen.add(orjson.dumps(a))
+                policies.add(a["meta"]["policy"])
+                scopes.add(a["meta"]["override_scope"])
+        # the comparison covered answers of every kind, not one default compared with itself
+        assert len(seen) >= 30
+        assert {"efficient", "growth"} <= policies
+        assert {"global", "org", "workflow", "job"} <= scopes
+
+
+def strip_times(body: bytes) -> bytes:
+    return re.sub(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", b"T", body)
+
+
+async def test_the_front_answers_misses_byte_for_byte_as_the_route(
+    make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads_seen: list[ScopeKey] = []
+    real = sqliteread.read
+
+    def counted(db: sqlite3.Connection, key: ScopeKey, params: SizingParams, policy: Any) -> sqliteread.Read:
+        reads_seen.append(key)
+        return real(db, key, params, policy)
+
+    monkeypatch.setattr(sqliteread, "read", counted)
+    async with make_client() as client:
+        await fill(client)
+        app: Any = client.app  # type: ignore[attr-defined]
+        answers = app.state.answers
+        reads = app.state.sqlite_reads
+        queries: list[dict[str, str]] = [
+            {},
+            {"runs": "3", "buffer": "0", "cpu_percentile": "p95"},
+            {"format": "k8s"},
+            {"format": "dotenv"},
+            {"format": "gitlab", "containers": "main=build"},
+        ]
+        for j in JOBS:
+            for query in queries:
+                answers.invalidate(key_of(j))
+                app.state.sqlite_reads = reads
+                before = len(reads_seen)
+                front = await client.get(sizing_path(j), params=query)
+                assert len(reads_seen) == before + 1  # read by the one-hop path
+                answers.invalidate(key_of(j))
+                app.state.sqlite_reads = None  # the route's read
+                route = await client.get(sizing_path(j), params=query)
+                assert len(reads_seen) == before + 1
+                assert front.status_code == route.status_code == 200, (front.text, route.text)
+                assert front.headers["content-type"] == route.headers["content-type"]
+                assert "ci-sizer-degraded" not in front.headers
+                assert strip_times(front.content) == strip_times(route.content), (j, query)
+        app.state.sqlite_reads = reads
+        # a miss is cached as the route caches it: the next GET is a hit, no read
+        answers.invalidate(key_of(CLEAN))
+        first = await client.get(sizing_path(CLEAN))
+        count = len(reads_seen)
+        assert (await client.get(sizing_path(CLEAN))).content == first.content
+        assert len(reads_seen) == count
+
+
+async def test_the_answers_follow_the_history_and_overrides(client: httpx.AsyncClient) -> None:
+    # what the parity test compares is not the same default everywhere: the pins, the OOM backoff,
+    # the policies and a job never seen each show in the front's answer
+    await fill(client)
+    got = {j["job"] + "@" + j["org"]: (await client.get(sizing_path(j))).json() for j in JOBS}
+    pinned = got["pinned@acme"]
+    assert pinned["containers"][0]["memory"]["limit"] == "3Gi"
+    assert pinned["containers"][0]["cpu"]["request"] == "250m"
+    assert pinned["meta"]["override_scope"] == "job"
+    assert got["wf-job@acme"]["meta"]["override_scope"] == "workflow"
+    assert got["wf-job@acme"]["containers"][0]["cpu"]["request"] == "750m"
+    assert got["eff-job@acme"]["meta"]["policy"] == "efficient"
+    assert got["growth-job@acme"]["meta"]["policy"] == "growth"
+    assert got["beta-job@beta"]["containers"][0]["cpu"]["limit"] == "3"
+    assert got["never-seen@beta"]["containers"][0]["cpu"]["limit"] == "3"  # O2 on a job never seen
+    assert got["never-seen@acme"]["meta"]["phase"] == "unknown"
+    assert got["oom@acme"]["containers"][0]["oom"]["consecutive"] >= 1
+    assert got["clean@acme"]["meta"]["phase"] == "confident"
+    assert got["clean@acme"]["meta"]["override_scope"] == "global"  # its override expired
+    assert got["one-run@acme"]["meta"]["phase"] == "learning"
+    assert [c["name"] for c in got["two-containers@acme"]["containers"]] == ["build", "db"]
+    assert (
+        got["two-containers@acme"]["meta"]["node_ceiling_bytes"] == 8 * GIB * 9 // 10 // MIB * MIB
+    )  # the newest run's node (S15)
+
+
+def database_path(url: str) -> str:
+    return make_url(url).database or ""
+
+
+async def test_a_broken_read_answers_degraded_on_the_front_and_the_route(make_client: Any, db_url: str) -> None:
+    # a fault of the raw sqlite3 connection (here a table gone) is a degraded answer, as the route's
+    async with make_client() as client:
+        for n in range(1, 4):
+            assert (await client.post("/api/v1/runs", json=run(n, container(mem=3 * GIB)))).status_code == 201
+        good = (await client.get(sizing_path())).json()
+        app: Any = client.app  # type: ignore[attr-defined]
+        key = key_of(JOB)
+        other = sqlite3.connect(database_path(db_url), isolation_level=None)
+        try:
+            other.execute("ALTER TABLE overrides RENAME TO overrides_away")
+            reads = app.state.sqlite_reads
+            for front in (reads, None):  # the front, then the route
+                app.state.sqlite_reads = front
+                app.state.answers.invalidate(key)
+                r = await asyncio.wait_for(client.get(sizing_path()), 20)
+                assert r.status_code == 200
+                assert r.headers["ci-sizer-degraded"] == "true"
+                degraded = r.json()
+                assert degraded["meta"]["degraded"] is True
+                assert degraded["containers"] == good["containers"]  # the last answer served
+        finally:
+            other.execute("ALTER TABLE overrides_away RENAME TO overrides")
+            other.close()
+        app.state.sqlite_reads = reads
+        again = await client.get(sizing_path(), params={"format": "k8s"})
+        assert again.status_code == 200
+        assert "ci-sizer-degraded" not in again.headers
+
+
+#: a statement that keeps a reading thread busy for a second or two
+SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT count(*) FROM c"
+
+
+async def test_a_slow_read_answers_degraded_at_the_deadline(make_client: Any) -> None:
+    # every reading thread busy with a slow statement: the miss waits behind them, and the deadline
+    # answers first, degraded; the read left behind does not disturb what follows
+    async with make_client(sizing_deadline_ms=300) as client:
+        for n in range(1, 4):
+            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
+        app: Any = client.app  # type: ignore[attr-defined]
+        reader = app.state.sqlite_reads
+        assert isinstance(reader, sqliteread.Reader)
+        loop = asyncio.get_running_loop()
+        busy = [
+            loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
+            for _ in range(reader._executor._max_workers)
+        ]
+        await asyncio.sleep(0.05)
+        started = loop.time()
+        r = await asyncio.wait_for(client.get(sizing_path(), params={"format": "dotenv"}), 20)
+        took = loop.time() - started
+        await asyncio.gather(*busy)
+        assert r.status_code == 200
+        assert r.headers["ci-sizer-degraded"] == "true"
+        assert took < 1  # the deadline, not the slow statements
+        fine = await client.get(sizing_path())
+        assert fine.status_code == 200
+        assert "ci-sizer-degraded" not in fine.headers
+        assert fine.json()["meta"]["clean_samples"] == 3
+
+
+async def test_an_exhausted_pool_answers_degraded_at_the_deadline(make_client: Any) -> None:
+    # the engine's reads (an in-memory database's): every pooled connection held elsewhere, the miss
+    # waits for one (up to the 5 s pool timeout), and the deadline answers first, degraded
+    async with make_client(sizing_deadline_ms=300) as client:
+        for n in range(1, 4):
+            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
+        app: Any = client.app  # type: ignore[attr-defined]
+        engine = app.state.engine
+        app.state.sqlite_reads = sqliteread.EngineReads(engine)
+        pool = engine.pool
+        held = [await engine.connect() for _ in range(pool.size() + max(0, pool._max_overflow))]
+        try:
+            started = asyncio.get_running_loop().time()
+            r = await asyncio.wait_for(client.get(sizing_path(), params={"format": "dotenv"}), 20)
+            took = asyncio.get_running_loop().time() - started
+        finally:
+            for conn in held:
+                await conn.close()
+        assert r.status_code == 200
+        assert r.headers["ci-sizer-degraded"] == "true"
+        assert took < 3
+        fine = await client.get(sizing_path())
+        assert fine.status_code == 200
+        assert "ci-sizer-degraded" not in fine.headers
+        assert fine.json()["meta"]["clean_samples"] == 3
+
+
+async def test_reads_closed_under_a_request_answer_degraded(client: httpx.AsyncClient) -> None:
+    # the app shutting down closes its reads: a miss still in flight is a fault (degraded), never a 500
+    assert (await client.post("/api/v1/runs", json=run(1))).status_code == 201
+    app: Any = client.app  # type: ignore[attr-defined]
+    await app.state.sqlite_reads.close()
+    r = await client.get(sizing_path())
+    assert r.status_code == 200
+    assert r.headers["ci-sizer-degraded"] == "true"
+
+
+async def test_the_reads_open_a_database_file_and_never_create_one(tmp_path: Any, sqlite_only: str) -> None:
+    engine = create_async_engine("sqlite+aiosqlite://")
+    try:
+        assert isinstance(sqliteread.reads_for("sqlite+aiosqlite://", engine, busy_timeout=1), sqliteread.EngineReads)
+        assert isinstance(sqliteread.reads_for(sqlite_only, engine, busy_timeout=1), sqliteread.Reader)
+        missing = tmp_path / "absent.db"
+        reader = sqliteread.reads_for(f"sqlite+aiosqlite:///{missing}", engine, busy_timeout=1)
+        assert isinstance(reader, sqliteread.Reader)
+        with pytest.raises(sqlite3.OperationalError):
+            await reader.recommend(key=key_of(JOB), params=SizingParams(), policy=sizing_service.Policy())
+        await reader.close()
+        assert not missing.exists()
+    finally:
+        await engine.dispose()

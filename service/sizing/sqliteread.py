@@ -12,7 +12,7 @@ The statements are the route's own (``overrides.service._APPLICABLE``, ``history
 ``history._WINDOW``/``_ALL_RUNS``, ``priors._READ``), compiled once for SQLite, and their columns go
 through the same SQLAlchemy result processors (booleans, datetimes), so the rows read as the route's
 rows do; the answer is computed by the same ``sizing.service.recommendation``. A parity test
-(tests/sizing/test_sqliteread.py) checks both give the same answers.
+(tests/test_fastpath_sqlite.py) checks both give the same answers.
 """
 
 from __future__ import annotations

@@ -78,6 +78,17 @@ def save(results: str | None, name: str, rows: list[dict[str, Any]], notes: list
     path.write_text(json.dumps(payload, indent=2) + "\n")
 
 
+def latencies(ours: dict[str, float], bare: dict[str, float], *, with_max: bool = True) -> dict[str, float]:
+    """A results row's latency columns, ci-sizer's then the bare app's."""
+    row: dict[str, float] = {}
+    for who, figures in (("ci_sizer", ours), ("bare", bare)):
+        row[f"{who}_p50_ms"] = round(figures["p50_ms"], 2)
+        row[f"{who}_p99_ms"] = round(figures["p99_ms"], 2)
+        if with_max:
+            row[f"{who}_max_ms"] = round(figures["max_ms"], 1)
+    return row
+
+
 def verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 

@@ -58,7 +58,7 @@ import asyncpg  # type: ignore[import-untyped]
 import httpx
 
 from bench import _load, _wrk
-from bench._util import cpu_seconds, save, verdict
+from bench._util import cpu_seconds, latencies, save, verdict
 from bench.http import BareApp, rounds
 from tests.live import LiveServer
 
@@ -308,12 +308,7 @@ def saturation_rows(
             "ci_sizer_rps": round(ours["rps"]),
             "bare_rps": round(bare["rps"]),
             "ratio": round(ratio, 2),
-            "ci_sizer_p50_ms": round(ours["p50_ms"], 2),
-            "ci_sizer_p99_ms": round(ours["p99_ms"], 2),
-            "ci_sizer_max_ms": round(ours["max_ms"], 1),
-            "bare_p50_ms": round(bare["p50_ms"], 2),
-            "bare_p99_ms": round(bare["p99_ms"], 2),
-            "bare_max_ms": round(bare["max_ms"], 1),
+            **latencies(ours, bare),
             "target": "ratio >= 0.5, p99 <= 50 ms",
             "result": verdict(ok),
         },
@@ -366,12 +361,7 @@ def paced_rows(
             ),
             "ci_sizer_rps": round(ours["rps"]),
             "bare_rps": round(bare["rps"]),
-            "ci_sizer_p50_ms": round(ours["p50_ms"], 2),
-            "ci_sizer_p99_ms": round(ours["p99_ms"], 2),
-            "ci_sizer_max_ms": round(ours["max_ms"], 1),
-            "bare_p50_ms": round(bare["p50_ms"], 2),
-            "bare_p99_ms": round(bare["p99_ms"], 2),
-            "bare_max_ms": round(bare["max_ms"], 1),
+            **latencies(ours, bare),
             "target": "p99 <= bare p99 + 3 ms, max <= 25 ms",
             "result": verdict(ok),
         }

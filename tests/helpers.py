@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import quote
 
+import asyncpg  # type: ignore[import-untyped]
 import httpx
 
 T = TypeVar("T")
@@ -108,3 +109,20 @@ def sqlite_with(path: Any, use: Callable[[httpx.AsyncClient], Awaitable[T]]) -> 
                 return await use(client)
 
     return url, asyncio.run(run())
+
+
+async def lock_exclusively(conn: Any, tables: str = "jobs, runs, overrides") -> Any:
+    """Hold ``ACCESS EXCLUSIVE`` locks on ``tables`` from ``conn`` (asyncpg), in a transaction left open
+    and returned (roll it back to let go): the service's reads and writes of them block. The app's
+    background passes (summaries, fleet totals) read these tables too: taking the locks can meet one
+    of them halfway and be chosen as the deadlock's victim; try again."""
+    for _ in range(20):
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            await conn.execute(f"LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE")
+        except asyncpg.exceptions.DeadlockDetectedError:
+            await tx.rollback()
+            continue
+        return tx
+    raise AssertionError("could not lock the tables")

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from service.main import create_app
 from service.settings import Settings
 
-from .helpers import JOB, run, sizing_path
+from .helpers import JOB, lock_exclusively, run, sizing_path
 
 #: Databases that cannot be reached, each failing in its own way before any driver wraps it.
 UNREACHABLE = {
@@ -240,19 +240,7 @@ def lock_everything(db_url: str) -> Any:
             held["sqlite"] = conn
             return
         conn = await asyncpg.connect(host=u.host, port=u.port, user=u.username, database=u.database)
-        for _ in range(20):
-            # the app's background passes (summaries, fleet totals) read these tables too: taking the
-            # locks can meet one of them halfway and be chosen as the deadlock's victim; try again
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                await conn.execute("LOCK TABLE jobs, runs, overrides IN ACCESS EXCLUSIVE MODE")
-            except asyncpg.exceptions.DeadlockDetectedError:
-                await tx.rollback()
-                continue
-            held["pg"], held["tx"] = conn, tx
-            return
-        raise AssertionError("could not lock the tables")
+        held["pg"], held["tx"] = conn, await lock_exclusively(conn)
 
     async def release() -> None:
         if "sqlite" in held:

@@ -45,7 +45,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from .. import runner_pods as rp
-from ..helpers import MIB, container, run
+from ..helpers import MIB, container, lock_exclusively, run
 from ..http_stub import StubServer
 from ..live import LiveServer, free_port
 
@@ -160,16 +160,8 @@ def _locked(server_url: str, database: str) -> tuple[asyncio.AbstractEventLoop, 
 
     async def take() -> asyncpg.Connection:
         conn = await asyncpg.connect(host=u.host, port=u.port or 5432, user=u.username, database=database)
-        for _ in range(20):
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                await conn.execute("LOCK TABLE jobs, runs, overrides IN ACCESS EXCLUSIVE MODE")
-            except asyncpg.exceptions.DeadlockDetectedError:
-                await tx.rollback()
-                continue
-            return conn
-        raise AssertionError("could not lock the tables")
+        await lock_exclusively(conn)
+        return conn
 
     return loop, loop.run_until_complete(take())
 

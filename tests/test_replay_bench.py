@@ -78,14 +78,21 @@ def replay(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
-def test_live_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
+def live_setup(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> tuple[tuple[str, ...], Path, Path]:
+    """A live replay's database flags (none: SQLite), its traces' folder and a RESULTS.md holding another
+    bench's section, which the replay must keep."""
     on = () if database == "sqlite" else ("--database-url", request.getfixturevalue("postgres_server").url)
     data = tmp_path / "data"
     data.mkdir()
     write_traces(data)
     md = tmp_path / "RESULTS.md"
     md.write_text("# Benchmark results\n\n## Other bench\n\nkept as it is\n")
+    return on, data, md
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_live_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
+    on, data, md = live_setup(tmp_path, database, request)
 
     live = replay(
         *on, "--data", str(data), "--check-offline",

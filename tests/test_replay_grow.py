@@ -12,7 +12,7 @@ import pytest
 
 from bench import _grow
 
-from .test_replay_bench import replay, write_traces
+from .test_replay_bench import live_setup, replay
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -61,12 +61,7 @@ def test_refusals_are_a_fixed_fraction_from_a_fixed_seed() -> None:
 
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_grow_live_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
-    on = () if database == "sqlite" else ("--database-url", request.getfixturevalue("postgres_server").url)
-    data = tmp_path / "data"
-    data.mkdir()
-    write_traces(data)
-    md = tmp_path / "RESULTS.md"
-    md.write_text("# Benchmark results\n\n## Other bench\n\nkept as it is\n")
+    on, data, md = live_setup(tmp_path, database, request)
     args = ("--grow", "--grow-refused", "0.25", "--data", str(data))
     live = replay(*on, *args, "--check-offline", "--results-md", str(md), "--results", str(tmp_path / "live.json"))
     assert live.returncode == 0, live.stdout + live.stderr

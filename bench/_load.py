@@ -60,15 +60,20 @@ async def fresh_database(url: str, name: str) -> str:
     finally:
         await conn.close()
     target = _plain(url, name)
+    migrate(target)
+    return target
+
+
+def migrate(url: str) -> None:
+    """``ci-sizer migrate`` on ``url`` in a process of its own, as an operator runs it."""
     done = subprocess.run(
-        [sys.executable, "-m", "service", "migrate", "--database-url", target],
+        [sys.executable, "-m", "service", "migrate", "--database-url", url],
         cwd=ROOT,
         capture_output=True,
         text=True,
     )
     if done.returncode != 0:
         raise RuntimeError(f"ci-sizer migrate failed:\n{done.stderr}")
-    return target
 
 
 async def load(url: str, *, jobs: int, runs_per_job: int, containers: int = 2, seed: int = 1) -> float:

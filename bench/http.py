@@ -376,14 +376,7 @@ def sqlite_main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         url = f"sqlite:///{tmp}/bench-http.db"
-        done = subprocess.run(
-            [sys.executable, "-m", "service", "migrate", "--database-url", url],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"ci-sizer migrate failed:\n{done.stderr}")
+        _load.migrate(url)
         print(f"filling {args.cold_jobs:,} jobs x 3-5 runs through the API ...", flush=True)
         fill_sqlite(url, args.cold_jobs, tmp)
         paths = [_load.sizing_path(i) for i in range(args.cold_jobs)]

@@ -1018,6 +1018,11 @@ cdef inline void _fixed(_Out* out, long long phase, long long cpu_req, long long
     out.capped = False
 
 
+cdef inline Py_ssize_t _e2_window(Py_ssize_t runs, bint efficient) noexcept nogil:
+    """Rule E2: the newest ``runs`` samples, efficient at least ``_EFFICIENT_MIN_WINDOW``."""
+    return runs if not efficient or runs >= _EFFICIENT_MIN_WINDOW else _EFFICIENT_MIN_WINDOW
+
+
 cdef void _size_run(
     Py_ssize_t i, const _Cols* c, long long ceiling, int policy, Py_ssize_t runs, int buffer_pct, bint guaranteed,
     const long long* pins, long long backoff_ceiling, long long prior, long long* newest, double* win, _Out* out,
@@ -1025,7 +1030,7 @@ cdef void _size_run(
     """``_reference.size_run`` over C arrays; ``newest`` and ``win`` hold at least
     ``max(runs, EFFICIENT_MIN_WINDOW)`` entries (``newest`` twice that: G8's peaks after the indices)."""
     cdef bint efficient = policy == 5 or policy == 6
-    cdef Py_ssize_t window = runs
+    cdef Py_ssize_t window = _e2_window(runs, efficient)
     cdef Py_ssize_t m = 0, count = 0, a, j, start
     cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_, killed
     cdef long long cpu_request, cpu_limit
@@ -1033,8 +1038,6 @@ cdef void _size_run(
     cdef bint capped = False
     cdef long long sized[5]
     cdef int r, l
-    if efficient and window < _EFFICIENT_MIN_WINDOW:
-        window = _EFFICIENT_MIN_WINDOW
     j = i - 1
     while j >= 0 and (count < window or samples < 3):
         if c.clean[j] == 1 or (efficient and c.clean[j] == 2):
@@ -1289,9 +1292,7 @@ def analysed_runs(Py_ssize_t i, clean, int policy, int runs):
     if runs < 1:
         raise ValueError("runs must be at least 1")
     cdef bint efficient = policy == 5 or policy == 6
-    cdef Py_ssize_t window = runs
-    if efficient and window < _EFFICIENT_MIN_WINDOW:
-        window = _EFFICIENT_MIN_WINDOW
+    cdef Py_ssize_t window = _e2_window(runs, efficient)
     out = []
     cdef Py_ssize_t j = i - 1
     while j >= 0 and len(out) < window:
@@ -1348,9 +1349,7 @@ def window_peak(Py_ssize_t i, clean, present, mem_peak, int policy, int runs):
     if runs < 1:
         raise ValueError("runs must be at least 1")
     cdef bint efficient = policy == 5 or policy == 6
-    cdef Py_ssize_t window = runs
-    if efficient and window < _EFFICIENT_MIN_WINDOW:
-        window = _EFFICIENT_MIN_WINDOW
+    cdef Py_ssize_t window = _e2_window(runs, efficient)
     cdef Py_ssize_t j = i - 1, count = 0, start = 0
     cdef long long samples = 0, top = -1
     while j >= 0 and (count < window or samples < 3):  # the analysed samples, as _size_run finds them

@@ -5,6 +5,7 @@ the histogram."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -78,11 +79,16 @@ async def test_answers_cut_at_the_deadline_read_as_the_deadline(
             async with locker.transaction():
                 await locker.execute("LOCK TABLE jobs, job_state, overrides IN ACCESS EXCLUSIVE MODE")
                 started = time.monotonic()
-                answers = []
+                answers, waited = [], []
+
+                async def build_starts(name: str) -> Any:
+                    began = time.monotonic()
+                    answer = await client.get(sizing_path({**JOB, "job": name}))
+                    waited.append(time.monotonic() - began)  # what this build waited, seen by the client
+                    return answer
+
                 for round_ in range(10):  # builds starting a few at a time
-                    answers += await asyncio.gather(
-                        *(client.get(sizing_path({**JOB, "job": f"build-{round_}-{i}"})) for i in range(4))
-                    )
+                    answers += await asyncio.gather(*(build_starts(f"build-{round_}-{i}") for i in range(4)))
                 took = (time.monotonic() - started) / 10
         finally:
             await locker.close()
@@ -93,10 +99,20 @@ async def test_answers_cut_at_the_deadline_read_as_the_deadline(
     cut = {edge: after[edge] - before.get(edge, 0.0) for edge in after}  # as rate() over the spell
     assert cut[float("inf")] == 40
     assert cut[deadline] < 40  # they took longer than the deadline ...
-    for q in (0.5, 0.99):  # ... and the p50 and p99 read just above it, not up to 0.5 s (the next fixed edge)
+    # ... and the p50 and p99 read just above it, not up to 0.5 s (the next fixed edge): the bucket they
+    # read in ends at the first edge at or above what the builds waited (the client's own clock, which
+    # includes the server's). On a quiet machine that is deadline x 1.1 or x 1.25; on a loaded one, a
+    # build that truly waited 0.4 s may read up to 0.5 s, which is the truth, not the lie of issue 39
+    edges = sorted(cut)
+    waited.sort()
+    for q in (0.5, 0.99):
         lower, upper = quantile_bucket(cut, q)
         assert lower >= deadline, q
-        assert upper <= deadline * OVER_DEADLINE[-1], (q, upper)
+        truth = waited[math.ceil(q * len(waited)) - 1]  # the value of the rank the quantile reads
+        assert upper <= next(edge for edge in edges if edge >= truth), (q, upper, truth)
+        if truth <= deadline * OVER_DEADLINE[-1]:
+            assert upper <= deadline * OVER_DEADLINE[-1], (q, upper, truth)
+    assert waited[len(waited) // 2] <= 2 * deadline  # most builds waited about the deadline, not longer
     # CiSizerSizingSlow on these scrapes: quiet on the healthy spell; on the slow one, its p99 is over
     # the deadline (just), and it fires once that lasted its 10 minutes
     alert = "CiSizerSizingSlow"

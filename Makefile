@@ -1,4 +1,4 @@
-.PHONY: help install build lint test test-pure run openapi bench
+.PHONY: help install build lint test test-ci test-pure run openapi bench
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -20,6 +20,9 @@ lint: install  ## ruff and mypy
 
 test: install  ## the test suite (SQLite and PostgreSQL)
 	$(PY) -m pytest -q
+
+test-ci: install  ## the CI tier: long end-to-end tests the README's command leaves out (README)
+	$(PY) -m pytest -q -m ci
 
 test-pure: install  ## core and sizing tests on the pure-Python reference
 	CI_SIZER_PURE_PYTHON=1 $(PY) -m pytest -q tests/core tests/sizing/test_sizing_api.py tests/sizing/test_golden.py tests/sizing/test_policy_parity.py

@@ -171,6 +171,7 @@ async def _sql(url: str, sql: str, **params: Any) -> list[Any]:
 BULK = 40_002  # runs of one job to delete: more than asyncpg's 32,767 parameters in one statement
 
 
+@pytest.mark.ci  # the CI tier (README): 40,002 runs pruned
 async def test_retention_deletes_more_runs_than_one_statement_can_name(make_client: Any, db_url: str) -> None:
     # issue 18, item 6: one IN (...) of 40,000 ids failed on PostgreSQL every pass, and nothing went
     async with make_client(retention_runs=5, retention_interval_seconds=0.05) as client:

@@ -90,6 +90,7 @@ def live_setup(tmp_path: Path, database: str, request: pytest.FixtureRequest) ->
     return on, data, md
 
 
+@pytest.mark.ci  # the CI tier (README): the public traces replayed through a live server
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_live_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
     on, data, md = live_setup(tmp_path, database, request)

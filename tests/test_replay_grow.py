@@ -59,6 +59,7 @@ def test_refusals_are_a_fixed_fraction_from_a_fixed_seed() -> None:
         _grow.Refusals(1.5)
 
 
+@pytest.mark.ci  # the CI tier (README): the public traces replayed through a live server
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_grow_live_equals_offline(tmp_path: Path, database: str, request: pytest.FixtureRequest) -> None:
     on, data, md = live_setup(tmp_path, database, request)

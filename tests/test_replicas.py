@@ -18,6 +18,9 @@ from .helpers import container, run, sizing_path
 from .live import LiveServer
 from .observability.test_metrics import samples, value
 
+#: the CI tier (README): two live servers on one database
+pytestmark = pytest.mark.ci
+
 
 @pytest.fixture
 def replicas(postgresql_database: str, tmp_path: Path) -> Iterator[tuple[LiveServer, LiveServer]]:

@@ -19,6 +19,9 @@ from service.settings import Settings
 
 from .live import LiveServer
 
+#: the CI tier (README): schemathesis generates requests against the whole API for half a minute
+pytestmark = pytest.mark.ci
+
 DOCUMENT = create_app(Settings()).openapi()
 #: schemathesis 4.32's negative-data generator for this body errors out before any request is sent, on
 #: some seeds only ("Cannot generate an array with 1 demanded elements": schemathesis/generation/jsonschema/

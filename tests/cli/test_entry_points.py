@@ -26,6 +26,9 @@ from ..helpers import container, post_runs, run, sqlite_with
 from ..live import LiveServer, free_port
 from .entry import PYTHON_M, SCRIPT, console_script, python_m
 
+#: the CI tier (README): every command runs end to end in new processes, twice
+pytestmark = pytest.mark.ci
+
 COMMANDS = [
     ["serve"],
     ["migrate"],

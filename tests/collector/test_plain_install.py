@@ -2,7 +2,7 @@
 wrapping a real process and posting to a live sizer.
 
 The wheel is built once per session from a copy of the checkout's sources; the venv gets the runtime
-dependencies only. CI runs it with the rest of the suite (deselect with ``-m "not plain_install"``).
+dependencies only. The two tests that use it are in the CI tier (``pytest -m ci``; the README names it).
 The import checks below are fast and always run: the collect command, and every module of
 ``service.collector``, load the standard library and the package only."""
 
@@ -65,7 +65,7 @@ sys.exit(5)
 """
 
 
-@pytest.mark.plain_install
+@pytest.mark.ci
 def test_collect_from_a_plain_install_posts_a_real_build(plain_venv: Path, tmp_path: Path) -> None:
     python = plain_venv / "bin" / "python"
     # the venv is what `pip install .` gives: no test extras for the collector to lean on
@@ -135,7 +135,7 @@ def test_every_collector_module_imports_only_the_standard_library() -> None:
     assert not foreign, f"service.collector imports {sorted(foreign)}"
 
 
-@pytest.mark.plain_install
+@pytest.mark.ci
 def test_grow_without_the_kubernetes_extra_says_so_and_the_build_runs(plain_venv: Path, tmp_path: Path) -> None:
     # `pip install .` has no `grow` extra: in a pod, --grow says so in one line and the build runs (and
     # is measured and spooled) as it would have without it

@@ -307,6 +307,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.ci  # the CI tier (README): a live server with two workers
 def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
     """Two workers: counters summed across both; each worker's process_* and python_info kept,
     labelled pid; an operator-set PROMETHEUS_MULTIPROC_DIR is never emptied or deleted: the service

@@ -29,6 +29,9 @@ from sqlalchemy.engine import make_url
 from ..helpers import MIB, container, run, sizing_path
 from ..live import LiveServer, free_port
 
+#: the CI tier (README): two live servers on one database and a real Prometheus
+pytestmark = pytest.mark.ci
+
 #: Grafana's $__rate_interval is at least four scrape intervals; Prometheus scrapes every 0.5 s here
 RATE_INTERVAL = "3s"
 

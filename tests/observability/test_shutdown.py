@@ -193,6 +193,7 @@ async def _until(check: Any, seconds: float, what: str) -> None:
         await asyncio.sleep(0.1)
 
 
+@pytest.mark.ci  # the CI tier (README): two workers under load
 async def test_one_sigterm_stops_two_workers_under_load_within_the_grace_period(
     postgresql_only: str, repo_root: Path, tmp_path: Path
 ) -> None:

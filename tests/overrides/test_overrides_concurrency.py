@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from ..live import LiveServer
 
@@ -135,6 +136,7 @@ async def test_unconditional_put_racing_delete_never_500(make_client: Any) -> No
             assert len(listed) <= 1
 
 
+@pytest.mark.ci  # the CI tier (README): a live server with two workers
 def test_live_server_with_two_workers(db_url: str, tmp_path: Path) -> None:
     # the same guarantee over real HTTP connections to two worker processes: 16 threads, each its
     # own connection, PUT and DELETE with the same If-Match at once, round after round

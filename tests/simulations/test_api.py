@@ -105,6 +105,7 @@ async def test_too_many_running_analyses_is_429(client: httpx.AsyncClient) -> No
     assert r.headers["Retry-After"] == "10"
 
 
+@pytest.mark.ci  # the CI tier (README): analyses posted concurrently until the limit holds
 async def test_the_analysis_limit_holds_under_concurrent_posts(client: httpx.AsyncClient) -> None:
     # issue 18, item 7: 12 POSTs at once all got 202, since each one checked the room before any
     # was counted; the limit is taken atomically, and the slots come back when analyses end

@@ -35,6 +35,9 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 
+#: the CI tier (README): a real Chromium drives the page
+pytestmark = pytest.mark.ci
+
 LOGS: dict[str, Path] = {}
 HOSTILE = "<script>alert(1)</script>"
 

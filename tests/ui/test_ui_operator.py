@@ -52,6 +52,9 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 
+#: the CI tier (README): a real Chromium drives the page
+pytestmark = pytest.mark.ci
+
 
 @pytest.fixture(scope="module")
 def fleet() -> fleet_data.Fleet:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -126,3 +127,13 @@ async def lock_exclusively(conn: Any, tables: str = "jobs, runs, overrides") -> 
             continue
         return tx
     raise AssertionError("could not lock the tables")
+
+
+#: ``CI_SIZER_FULL_EXAMPLES=1`` (set by .ci/run for all its tests): every Hypothesis
+#: property runs its full count of examples. Else (the README's command) a quarter of them, at least 10.
+FULL_EXAMPLES = os.environ.get("CI_SIZER_FULL_EXAMPLES", "") not in ("", "0")
+
+
+def examples(full: int) -> int:
+    """The ``max_examples`` of a property whose exhaustive count is ``full`` (README: the CI tier)."""
+    return full if FULL_EXAMPLES else min(full, max(10, full // 4))

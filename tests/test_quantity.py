@@ -19,6 +19,8 @@ from service.quantity import (
     parse_quantity,
 )
 
+from .helpers import examples
+
 
 @pytest.mark.parametrize(
     ("text", "millicores"),
@@ -122,7 +124,7 @@ def valid_quantities(draw: st.DrawFn) -> str:
     return whole + frac + draw(suffixes)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(valid_quantities())
 def test_agrees_with_kubernetes_client_on_valid_strings(text: str) -> None:
     # The kubernetes client parses valid quantities to a Decimal; ours must be the same exact value.
@@ -131,19 +133,19 @@ def test_agrees_with_kubernetes_client_on_valid_strings(text: str) -> None:
     assert ours == theirs
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(min_value=1, max_value=10**7))
 def test_cpu_format_round_trips(millicores: int) -> None:
     assert parse_cpu_millicores(format_cpu(millicores)) == millicores
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.integers(min_value=0, max_value=2**50))
 def test_memory_format_round_trips(num_bytes: int) -> None:
     assert parse_memory_bytes(format_memory(num_bytes)) == num_bytes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(max_size=12))
 def test_never_crashes_and_only_accepts_the_grammar(text: str) -> None:
     try:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ..helpers import examples
 from .conftest import PURE, compiled
 
 REF = importlib.import_module("service.core._reference")
@@ -153,7 +154,7 @@ def histories(draw: st.DrawFn) -> tuple[Any, ...]:
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(histories())
 def test_compiled_matches_reference(args: tuple[Any, ...]) -> None:
     module = compiled()

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ..helpers import examples
 from .conftest import PURE, compiled
 
 MIB = 1 << 20
@@ -117,7 +118,7 @@ def _same(a: float, b: float) -> bool:
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(samples)
 def test_six_stats_backends_agree(values: list[float]) -> None:
     cy = compiled()
@@ -141,7 +142,7 @@ _clustered = st.lists(
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_clustered)
 def test_six_stats_bucket_path_agrees(values: list[float]) -> None:
     cy = compiled()
@@ -322,7 +323,7 @@ def test_backoff_ceiling_without_a_node_ceiling(core: ModuleType) -> None:
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     phase=st.integers(0, 2),
     cpu=st.one_of(st.floats(0, 1e9, allow_nan=False), st.integers(0, 100_000).map(float)),
@@ -354,7 +355,7 @@ def test_size_container_backends_agree(
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.floats(0, 1e12, allow_nan=False),
     st.integers(0, 1 << 56),

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ..helpers import examples
 from .conftest import PURE, compiled
 from .test_size_run import _PINS, CI, CLEAN, EFFICIENT, GIB, KILLED, MIB, NEAR, columns, job, size
 
@@ -159,7 +160,7 @@ _BYTES = st.integers(-1, 1 << 62)
 
 
 @needs_compiled
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     limit=st.one_of(st.integers(-1, 64 * GIB), _BYTES),
     peak=st.one_of(st.integers(-1, 64 * GIB), _BYTES),
@@ -178,7 +179,7 @@ def test_size_grow_backends_agree(limit: int, peak: int, bound: int) -> None:
 
 
 @needs_compiled
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(h=columns(), data=st.data(), policy=st.sampled_from([CI, EFFICIENT, GROWTH]), runs=st.integers(1, 25))
 def test_window_peak_backends_agree(h: dict[str, list[Any]], data: st.DataObject, policy: int, runs: int) -> None:
     cy = compiled()
@@ -189,7 +190,7 @@ def test_window_peak_backends_agree(h: dict[str, list[Any]], data: st.DataObject
 
 
 @needs_compiled
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     h=columns(), data=st.data(), runs=st.integers(1, 25), buffer=st.integers(0, 1000), guaranteed=st.booleans(),
     pins=_PINS, ceiling=st.one_of(st.just(-1), st.integers(0, 8 * GIB)),

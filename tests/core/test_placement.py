@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from service.placement import service as placement
 from service.placement.schemas import PlacementAdvise
 
+from ..helpers import examples
 from .conftest import PURE, compiled
 
 REF = importlib.import_module("service.core._reference")
@@ -366,7 +367,7 @@ def clusters(draw: st.DrawFn) -> tuple[Any, ...]:
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(clusters())
 def test_compiled_matches_reference(args: tuple[Any, ...]) -> None:
     module = compiled()

@@ -25,6 +25,7 @@ from service.sizing import service as sizing_service
 from service.sizing.history import History, HistoryRun
 from service.sizing.params import SizingParams
 
+from ..helpers import examples
 from .conftest import PURE, compiled
 
 REF = importlib.import_module("service.core._reference")
@@ -238,7 +239,7 @@ _PINS = st.tuples(*(st.integers(-1, 8 * GIB) for _ in range(4)), *(st.integers(0
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     h=columns(), data=st.data(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT, GROWTH]),
     runs=st.integers(1, 25), buffer=st.integers(0, 1000), guaranteed=st.booleans(), pins=_PINS,
@@ -258,7 +259,7 @@ def test_size_run_backends_agree(
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     peaks=st.lists(st.tuples(st.integers(0, 64 * GIB), st.booleans()), max_size=30),
 )
@@ -290,7 +291,9 @@ def test_constants_agree() -> None:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(
     h=columns(), policy=st.sampled_from([CI, FIXED, KRR, VPA, RECORDED, EFFICIENT, GROWTH]), runs=st.integers(1, 8),
@@ -474,7 +477,9 @@ def pin_rows(draw: st.DrawFn) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(
     runs=st.lists(raw_run(), max_size=12), pins=pin_rows(), n_runs=st.integers(1, 6), buffer=st.integers(0, 300),

@@ -15,6 +15,7 @@ from service.stages import service as stages
 from service.stages.flatten import flatten
 from service.stages.schemas import StageCompute
 
+from ..helpers import examples
 from ..stage_vectors import VECTORS
 from .conftest import PURE, compiled
 
@@ -199,7 +200,7 @@ def _flat(items: list[Any]) -> tuple[list[int], list[int], list[int]]:
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(st.lists(_tree(4), min_size=1, max_size=6), st.integers(0, 1000), st.integers(0, 100), st.booleans())
 def test_compiled_matches_reference(items: list[Any], addon: int, step_request: int, conservative: bool) -> None:
     kinds, counts, values = _flat(items)
@@ -210,7 +211,7 @@ def test_compiled_matches_reference(items: list[Any], addon: int, step_request: 
     assert tuple(got) == tuple(want)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_tree(4), min_size=1, max_size=6))
 def test_invariants(items: list[Any]) -> None:
     # H2/H5 on the reference: no step loses room, the stage container covers every top-level

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ..helpers import examples
 from .conftest import PURE, compiled
 
 REF = importlib.import_module("service.core._reference")
@@ -202,7 +203,7 @@ def _tree(depth: int) -> st.SearchStrategy[Any]:
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="needs the compiled backend")
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.lists(_tree(4), min_size=1, max_size=6),
     st.integers(0, 1000),
@@ -223,7 +224,7 @@ def test_compiled_matches_reference(
     assert tuple(got) == tuple(want)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_tree(4), min_size=1, max_size=6), st.booleans())
 def test_invariants(items: list[Any], harness: bool) -> None:
     # every step keeps at least its own limit; looped steps and non-CI steps get nothing back;

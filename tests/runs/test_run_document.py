@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from service.runs import service as runs_service
 from service.runs.schemas import RunCreate
 
-from ..helpers import container, run
+from ..helpers import container, examples, run
 
 CONTAINER = st.builds(
     lambda name, samples, stats, mem, limit, killed: container(
@@ -28,7 +28,7 @@ CONTAINER = st.builds(
 )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(containers=st.lists(CONTAINER, min_size=1, max_size=4, unique_by=lambda c: c["name"]), n=st.integers(0, 500))
 def test_the_fast_posts_document_is_the_routes_answer_byte_for_byte(containers: list[dict[str, Any]], n: int) -> None:
     body = RunCreate.model_validate(run(n, *containers))

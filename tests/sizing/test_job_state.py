@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from service.sizing import state
 
-from ..helpers import GIB, JOB, MIB, T0, container, run, sizing
+from ..helpers import GIB, JOB, MIB, T0, container, examples, run, sizing
 
 STATE = "SELECT runs, clean_runs, samples, node_memory_bytes, node_memory_at, node_memory_run FROM job_state WHERE job_id = $1"
 
@@ -71,7 +71,7 @@ RUN = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(runs=st.lists(RUN, min_size=1, max_size=12))
 async def test_the_posts_merge_equals_a_rebuild_from_the_runs(
     make_client: Any, pg: asyncpg.Connection, runs: list[dict[str, Any]]

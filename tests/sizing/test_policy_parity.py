@@ -28,7 +28,7 @@ from service.keys import ScopeKey
 from service.main import create_app
 from service.settings import Settings
 
-from ..helpers import GIB, MIB, container, run, sizing_path
+from ..helpers import GIB, MIB, container, examples, run, sizing_path
 
 SCOPES = ("org", "repo", "workflow", "job")
 CODES = {"seed": core.POLICY_CI_SIZER, "efficient": core.POLICY_EFFICIENT, "growth": core.POLICY_GROWTH}
@@ -153,7 +153,7 @@ def _extra(r: dict[str, Any]) -> dict[str, Any]:
 
 
 @settings(
-    max_examples=25,
+    max_examples=examples(25),
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

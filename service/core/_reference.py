@@ -743,8 +743,8 @@ def _efficient(
             margin = EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else EFFICIENT_MARGIN_PCT
         limit = _with_margin(need, margin)  # E3, E8
     capped = False
-    if k > 0:  # E5: S14's doubling; a job killed before its first sample gets at least the default
-        floor = DEFAULT_MEMORY_BYTES if samples == 0 or k >= 2 else 0
+    if k > 0:  # E5: S14's doubling, the first-run prior's kill included; two kills in a row get at least the default
+        floor = DEFAULT_MEMORY_BYTES if k >= 2 else 0
         limit, capped = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor)
     if 0 <= ceiling < limit:  # S15
         limit = ceiling

@@ -1153,7 +1153,7 @@ cdef void _size_run(
             else:
                 limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else _EFFICIENT_MARGIN_PCT)
         if k > 0:
-            floor_ = 4 * GIB if (samples == 0 or k >= 2) else 0
+            floor_ = 4 * GIB if k >= 2 else 0  # E5: two kills in a row get at least the default
             limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)
         if ceiling >= 0 and limit > ceiling:
             limit = ceiling

@@ -164,10 +164,19 @@ def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
     s = size(core, empty, prior=prior)
     assert (s.phase, s.memory_limit, s.memory_request, s.cpu_request) == (0, prior, prior, 500)
     assert size(core, empty, CI, prior=prior).memory_limit == 4 * GIB  # the seed ignores the prior
-    # killed under the prior: the next run gets the unknown-phase default at once (not 2 x 525Mi)
+    # killed under the prior: E5 steps from the limit it was killed at like any kill, 2 x 525Mi (not the
+    # 4Gi default at once); killed again, two kills in a row reach the default (E5's floor)
     killed = job([prior], clean=[KILLED], oom=[2], limit=[prior])
     s = size(core, killed, prior=prior)
-    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 4 * GIB)
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 1050 * MIB)
+    twice = job([prior, 2 * prior], clean=[KILLED, KILLED], oom=[2, 2], limit=[prior, 2 * prior])
+    s = size(core, twice, prior=prior)
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 2, 4 * GIB)  # 525Mi x 4 = 2100Mi, raised to 4Gi
+    # a run killed under a limit of its own (above the prior) steps from that limit: the need is above it
+    own = job([GIB], clean=[KILLED], oom=[2], limit=[GIB])
+    assert size(core, own, prior=prior).memory_limit == 2 * GIB
+    # with no prior the first run had the 4Gi default: a kill doubles it, as before
+    assert size(core, job([4 * GIB], clean=[KILLED], oom=[2], limit=[4 * GIB])).memory_limit == 8 * GIB
     # a huge org peak never puts the prior above the default
     assert core.prior_read((5, 100 * GIB)) == 4 * GIB
 

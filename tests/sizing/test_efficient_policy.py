@@ -169,8 +169,8 @@ async def test_first_run_prior_is_stored_guarded_and_survives_a_restart(
         first = await sizing(client, new)
         assert first["meta"]["phase"] == "unknown"
         assert memory(first) == (1029 * MIB, 1029 * MIB)  # 980Mi + 5 %, a whole MiB (E3, E8)
-        # job c, killed before its first sample, gets at least the default (E5), not the prior
-        assert memory(await sizing(client, job("c")))[1] >= 4 * GIB
+        # job c, killed at 2Gi before its first sample: E5 doubles the limit it was killed at, not the prior
+        assert memory(await sizing(client, job("c"))) == (4 * GIB, 4 * GIB)
         # seed is untouched by the prior
         seed_org = {**new, "org": "other"}
         assert memory(await sizing(client, seed_org)) == (4 * GIB, 4 * GIB)

@@ -151,8 +151,8 @@ async def test_first_run_prior_is_stored_guarded_and_survives_a_restart(
     async with make_client(sizing_policy="efficient") as client:
         await post_runs(client, *clean_runs(2, mem=100 * MIB, j=job("a")))
         await post_runs(client, *clean_runs(1, mem=300 * MIB, j=job("b"), start=10))
-        # two jobs with a sample: under PRIOR_MIN_JOBS (3), the guard keeps the 4Gi default
-        assert memory(await sizing(client, new)) == (4 * GIB, 4 * GIB)
+        # two jobs with a sample: the org's highest peak + 50 % (E6's learning phase), 300Mi -> 450Mi
+        assert memory(await sizing(client, new)) == (450 * MIB, 450 * MIB)
         assert await _prior_row(db_url, JOB["org"]) == (2, 300 * MIB)
         # a killed run (E1) leaves the prior as it is, and a duplicate is not counted twice
         killed = run(20, container(cpu=300.0, mem=3 * GIB, limit=2 * GIB, oom_killed=True), job=job("c"))

@@ -597,11 +597,11 @@ EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
 EFFICIENT_MIN_WINDOW = 20
-#: rule E6: the first-run prior is used once this many of the org's jobs have a sample
-PRIOR_MIN_JOBS = 1
-#: rule E6: the prior's margin over the org's highest peak while one, then two, of its jobs have a sample
-#: (the org's learning phase: about 2x, then 1.5x); from three on E3's confident margin
-PRIOR_ONE_JOB_MARGIN_PCT = 100
+#: rule E6: the first-run prior is used once this many of the org's jobs have a sample (one job's
+#: peak is too little to go on: jobs differ more from each other than a job's runs do)
+PRIOR_MIN_JOBS = 2
+#: rule E6: the prior's margin over the org's highest peak while two of its jobs have a sample (1.5x);
+#: from three on E3's confident margin
 PRIOR_TWO_JOBS_MARGIN_PCT = 50
 
 SIZED_FIELDS = (
@@ -926,17 +926,15 @@ def prior_update(state: Sequence[int], peak: int, first_sample: bool) -> tuple[i
 
 def prior_read(state: Sequence[int]) -> int:
     """Rule E6: the memory limit for a new job's first run, or -1 (the unknown-phase default):
-    the highest peak among the org's samples plus 100 % while one of its jobs has a sample, 50 %
-    with two, E3's 5 % from three on, to a whole MiB, never above the default."""
+    the highest peak among the org's samples plus 50 % while two of its jobs have a sample, E3's
+    5 % from three on, to a whole MiB, never above the default; none while fewer than
+    PRIOR_MIN_JOBS (2) of its jobs have a sample."""
     if len(state) != 2:
         raise ValueError("a prior state holds two integers")
     jobs, top = state[0], state[1]
     if jobs < PRIOR_MIN_JOBS or top < 0:
         return -1
-    if jobs == 1:
-        margin = PRIOR_ONE_JOB_MARGIN_PCT
-    else:
-        margin = PRIOR_TWO_JOBS_MARGIN_PCT if jobs == 2 else EFFICIENT_MARGIN_PCT
+    margin = PRIOR_TWO_JOBS_MARGIN_PCT if jobs == 2 else EFFICIENT_MARGIN_PCT
     return min(DEFAULT_MEMORY_BYTES, _with_margin(top, margin))
 
 

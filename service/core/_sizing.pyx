@@ -886,8 +886,7 @@ cdef long long _EFFICIENT_MARGIN_PCT = 5
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
 cdef long long _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
-cdef long long _PRIOR_MIN_JOBS = 1
-cdef long long _PRIOR_ONE_JOB_MARGIN_PCT = 100
+cdef long long _PRIOR_MIN_JOBS = 2
 cdef long long _PRIOR_TWO_JOBS_MARGIN_PCT = 50
 cdef long long _GROWTH_QUANTILE_QUARTERS = 3
 GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
@@ -896,7 +895,6 @@ EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
 PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
-PRIOR_ONE_JOB_MARGIN_PCT = _PRIOR_ONE_JOB_MARGIN_PCT
 PRIOR_TWO_JOBS_MARGIN_PCT = _PRIOR_TWO_JOBS_MARGIN_PCT
 PRIOR_EMPTY = (0, -1)
 SIZED_FIELDS = (
@@ -1326,10 +1324,7 @@ def prior_read(state):
     cdef long long jobs = state[0], top = state[1], limit, margin
     if jobs < _PRIOR_MIN_JOBS or top < 0:
         return -1
-    if jobs == 1:
-        margin = _PRIOR_ONE_JOB_MARGIN_PCT
-    else:
-        margin = _PRIOR_TWO_JOBS_MARGIN_PCT if jobs == 2 else _EFFICIENT_MARGIN_PCT
+    margin = _PRIOR_TWO_JOBS_MARGIN_PCT if jobs == 2 else _EFFICIENT_MARGIN_PCT
     limit = _with_margin(top, margin)
     return limit if limit < 4 * GIB else 4 * GIB
 

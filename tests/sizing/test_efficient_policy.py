@@ -150,8 +150,11 @@ async def test_first_run_prior_is_stored_guarded_and_survives_a_restart(
     new = job("new-job")
     async with make_client(sizing_policy="efficient") as client:
         await post_runs(client, *clean_runs(2, mem=100 * MIB, j=job("a")))
+        # one job with a sample: no prior yet (E6, PRIOR_MIN_JOBS = 2), the 4Gi default
+        assert memory(await sizing(client, new)) == (4 * GIB, 4 * GIB)
+        assert await _prior_row(db_url, JOB["org"]) == (1, 100 * MIB)
         await post_runs(client, *clean_runs(1, mem=300 * MIB, j=job("b"), start=10))
-        # two jobs with a sample: the org's highest peak + 50 % (E6's learning phase), 300Mi -> 450Mi
+        # two jobs with a sample: the org's highest peak + 50 % (E6), 300Mi -> 450Mi
         assert memory(await sizing(client, new)) == (450 * MIB, 450 * MIB)
         assert await _prior_row(db_url, JOB["org"]) == (2, 300 * MIB)
         # a killed run (E1) leaves the prior as it is, and a duplicate is not counted twice

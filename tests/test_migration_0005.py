@@ -140,7 +140,7 @@ def _round_trip(url: str) -> None:
     )
     rows = asyncio.run(_inspect(url, "SELECT org, sampled_jobs, peak_bytes FROM fleet_priors ORDER BY org"))["rows"]
     assert rows == [("acme", 2, BIG_PEAK), ("new-org", 0, -1)]
-    assert core.prior_read(rows[0][1:]) == -1  # two jobs: under PRIOR_MIN_JOBS, the guard holds
+    assert core.prior_read(rows[0][1:]) == 4 << 30  # two jobs: 1.5 x the 5 TiB peak, never above the 4Gi default (E6)
     with pytest.raises(Exception, match=r"(?i)unique|duplicate"):  # one row per org
         asyncio.run(_write(url, (insert, {"o": "acme", "j": 3, "p": 1, "t": datetime(2026, 11, 25, 9, 0, 1)})))
 

@@ -597,8 +597,12 @@ EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
 EFFICIENT_MIN_WINDOW = 20
-#: rule E6: the first-run prior is used once this many of the org's jobs have a sample
-PRIOR_MIN_JOBS = 3
+#: rule E6: the first-run prior is used once this many of the org's jobs have a sample (one job's
+#: peak is too little to go on: jobs differ more from each other than a job's runs do)
+PRIOR_MIN_JOBS = 2
+#: rule E6: the prior's margin over the org's highest peak while two of its jobs have a sample (1.5x);
+#: from three on E3's confident margin
+PRIOR_TWO_JOBS_MARGIN_PCT = 50
 
 SIZED_FIELDS = (
     "phase",
@@ -743,8 +747,8 @@ def _efficient(
             margin = EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else EFFICIENT_MARGIN_PCT
         limit = _with_margin(need, margin)  # E3, E8
     capped = False
-    if k > 0:  # E5: S14's doubling; a job killed before its first sample gets at least the default
-        floor = DEFAULT_MEMORY_BYTES if samples == 0 or k >= 2 else 0
+    if k > 0:  # E5: S14's doubling, the first-run prior's kill included; two kills in a row get at least the default
+        floor = DEFAULT_MEMORY_BYTES if k >= 2 else 0
         limit, capped = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor)
     if 0 <= ceiling < limit:  # S15
         limit = ceiling
@@ -922,14 +926,16 @@ def prior_update(state: Sequence[int], peak: int, first_sample: bool) -> tuple[i
 
 def prior_read(state: Sequence[int]) -> int:
     """Rule E6: the memory limit for a new job's first run, or -1 (the unknown-phase default):
-    the highest peak among the org's samples with E3's margin, to a whole MiB, never above the
-    default; only once PRIOR_MIN_JOBS of the org's jobs have a sample."""
+    the highest peak among the org's samples plus 50 % while two of its jobs have a sample, E3's
+    5 % from three on, to a whole MiB, never above the default; none while fewer than
+    PRIOR_MIN_JOBS (2) of its jobs have a sample."""
     if len(state) != 2:
         raise ValueError("a prior state holds two integers")
     jobs, top = state[0], state[1]
     if jobs < PRIOR_MIN_JOBS or top < 0:
         return -1
-    return min(DEFAULT_MEMORY_BYTES, _with_margin(top, EFFICIENT_MARGIN_PCT))
+    margin = PRIOR_TWO_JOBS_MARGIN_PCT if jobs == 2 else EFFICIENT_MARGIN_PCT
+    return min(DEFAULT_MEMORY_BYTES, _with_margin(top, margin))
 
 
 # --------------------------------------------------------------------------- growth (issue 40)

@@ -886,7 +886,8 @@ cdef long long _EFFICIENT_MARGIN_PCT = 5
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
 cdef long long _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
-cdef long long _PRIOR_MIN_JOBS = 3
+cdef long long _PRIOR_MIN_JOBS = 2
+cdef long long _PRIOR_TWO_JOBS_MARGIN_PCT = 50
 cdef long long _GROWTH_QUANTILE_QUARTERS = 3
 GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
 EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
@@ -894,6 +895,7 @@ EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
 PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
+PRIOR_TWO_JOBS_MARGIN_PCT = _PRIOR_TWO_JOBS_MARGIN_PCT
 PRIOR_EMPTY = (0, -1)
 SIZED_FIELDS = (
     "phase",
@@ -1153,7 +1155,7 @@ cdef void _size_run(
             else:
                 limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else _EFFICIENT_MARGIN_PCT)
         if k > 0:
-            floor_ = 4 * GIB if (samples == 0 or k >= 2) else 0
+            floor_ = 4 * GIB if k >= 2 else 0  # E5: two kills in a row get at least the default
             limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)
         if ceiling >= 0 and limit > ceiling:
             limit = ceiling
@@ -1319,10 +1321,11 @@ def prior_read(state):
     """Rule E6: the memory limit for a new job's first run, or -1 (see ``_reference.prior_read``)."""
     if len(state) != 2:
         raise ValueError("a prior state holds two integers")
-    cdef long long jobs = state[0], top = state[1], limit
+    cdef long long jobs = state[0], top = state[1], limit, margin
     if jobs < _PRIOR_MIN_JOBS or top < 0:
         return -1
-    limit = _with_margin(top, _EFFICIENT_MARGIN_PCT)
+    margin = _PRIOR_TWO_JOBS_MARGIN_PCT if jobs == 2 else _EFFICIENT_MARGIN_PCT
+    limit = _with_margin(top, margin)
     return limit if limit < 4 * GIB else 4 * GIB
 
 

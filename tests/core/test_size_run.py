@@ -154,9 +154,16 @@ def test_e10_a_kill_is_remembered_after_its_streak(core: ModuleType) -> None:
 
 def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
     state = core.PRIOR_EMPTY
-    for peak, first in ((300 * MIB, True), (500 * MIB, False), (100 * MIB, True)):
+    assert core.prior_read(state) == -1  # no sampled job: the unknown-phase default
+    # rule E6: one sampled job is too little to go on (PRIOR_MIN_JOBS = 2): still the default, however
+    # many of that job's runs; two sampled jobs, their highest peak x 1.5; three, + 5 %
+    state = core.prior_update(state, 300 * MIB, True)
+    assert state == (1, 300 * MIB)
+    assert core.prior_read(state) == -1
+    for peak, first in ((500 * MIB, False), (100 * MIB, True)):
         state = core.prior_update(state, peak, first)
-    assert core.prior_read(state) == -1  # two jobs: not yet (PRIOR_MIN_JOBS = 3)
+    assert state == (2, 500 * MIB)
+    assert core.prior_read(state) == 750 * MIB
     state = core.prior_update(state, 50 * MIB, True)
     assert state == (3, 500 * MIB)
     prior = core.prior_read(state)
@@ -165,10 +172,19 @@ def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
     s = size(core, empty, prior=prior)
     assert (s.phase, s.memory_limit, s.memory_request, s.cpu_request) == (0, prior, prior, 500)
     assert size(core, empty, CI, prior=prior).memory_limit == 4 * GIB  # the seed ignores the prior
-    # killed under the prior: the next run gets the unknown-phase default at once (not 2 x 525Mi)
+    # killed under the prior: E5 steps from the limit it was killed at like any kill, 2 x 525Mi (not the
+    # 4Gi default at once); killed again, two kills in a row reach the default (E5's floor)
     killed = job([prior], clean=[KILLED], oom=[2], limit=[prior])
     s = size(core, killed, prior=prior)
-    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 4 * GIB)
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 1050 * MIB)
+    twice = job([prior, 2 * prior], clean=[KILLED, KILLED], oom=[2, 2], limit=[prior, 2 * prior])
+    s = size(core, twice, prior=prior)
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 2, 4 * GIB)  # 525Mi x 4 = 2100Mi, raised to 4Gi
+    # a run killed under a limit of its own (above the prior) steps from that limit: the need is above it
+    own = job([GIB], clean=[KILLED], oom=[2], limit=[GIB])
+    assert size(core, own, prior=prior).memory_limit == 2 * GIB
+    # with no prior the first run had the 4Gi default: a kill doubles it, as before
+    assert size(core, job([4 * GIB], clean=[KILLED], oom=[2], limit=[4 * GIB])).memory_limit == 8 * GIB
     # a huge org peak never puts the prior above the default
     assert core.prior_read((5, 100 * GIB)) == 4 * GIB
 
@@ -280,7 +296,7 @@ def test_constants_agree() -> None:
     for name in (
         "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
         "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_FIRST_SAMPLE_MARGIN_PCT",
-        "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS",
+        "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS", "PRIOR_TWO_JOBS_MARGIN_PCT",
         "PRIOR_EMPTY", "SIZED_FIELDS",
     ):  # fmt: skip
         assert getattr(cy, name) == getattr(REF, name), name

@@ -150,9 +150,12 @@ async def test_first_run_prior_is_stored_guarded_and_survives_a_restart(
     new = job("new-job")
     async with make_client(sizing_policy="efficient") as client:
         await post_runs(client, *clean_runs(2, mem=100 * MIB, j=job("a")))
-        await post_runs(client, *clean_runs(1, mem=300 * MIB, j=job("b"), start=10))
-        # two jobs with a sample: under PRIOR_MIN_JOBS (3), the guard keeps the 4Gi default
+        # one job with a sample: no prior yet (E6, PRIOR_MIN_JOBS = 2), the 4Gi default
         assert memory(await sizing(client, new)) == (4 * GIB, 4 * GIB)
+        assert await _prior_row(db_url, JOB["org"]) == (1, 100 * MIB)
+        await post_runs(client, *clean_runs(1, mem=300 * MIB, j=job("b"), start=10))
+        # two jobs with a sample: the org's highest peak + 50 % (E6), 300Mi -> 450Mi
+        assert memory(await sizing(client, new)) == (450 * MIB, 450 * MIB)
         assert await _prior_row(db_url, JOB["org"]) == (2, 300 * MIB)
         # a killed run (E1) leaves the prior as it is, and a duplicate is not counted twice
         killed = run(20, container(cpu=300.0, mem=3 * GIB, limit=2 * GIB, oom_killed=True), job=job("c"))
@@ -169,8 +172,8 @@ async def test_first_run_prior_is_stored_guarded_and_survives_a_restart(
         first = await sizing(client, new)
         assert first["meta"]["phase"] == "unknown"
         assert memory(first) == (1029 * MIB, 1029 * MIB)  # 980Mi + 5 %, a whole MiB (E3, E8)
-        # job c, killed before its first sample, gets at least the default (E5), not the prior
-        assert memory(await sizing(client, job("c")))[1] >= 4 * GIB
+        # job c, killed at 2Gi before its first sample: E5 doubles the limit it was killed at, not the prior
+        assert memory(await sizing(client, job("c"))) == (4 * GIB, 4 * GIB)
         # seed is untouched by the prior
         seed_org = {**new, "org": "other"}
         assert memory(await sizing(client, seed_org)) == (4 * GIB, 4 * GIB)

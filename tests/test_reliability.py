@@ -211,7 +211,12 @@ async def test_retention_deletes_more_runs_than_one_statement_can_name(make_clie
         # (docs/performance.md), its runs are counted again before pruning and the row is rebuilt
         await _sql(db_url, "UPDATE job_state SET clean_runs = NULL")
         await post_runs(client, run(2))  # ingest notes the job for pruning
-        await wait_for_rows(db_url, "runs", 5)
+        # up to 180 s: in two CI runs of the whole suite (stop 42, stop 43), with other xdist workers' tests
+        # on the same PostgreSQL cluster, a prune attempt waited out its whole 30 s statement timeout
+        # (one "retention pass failed for a job: TimeoutError" per 30 s) and the next one was still waiting at
+        # 60 s; alone it prunes in about 2 s. The cause is not found (the closing note of stop 43): the test
+        # still asserts that every run over the limit goes, and that the next pass after a failure prunes
+        await wait_for_rows(db_url, "runs", 5, seconds=180)
         kept = sorted(r[0] for r in await _sql(db_url, "SELECT run_id FROM runs"))
         # the newest five: the two posted runs (finished in November) and the last three bulk runs
         assert kept == sorted(["run-1", "run-2", *(f"bulk-{n}" for n in range(BULK - 2, BULK + 1))])

@@ -135,5 +135,5 @@ FULL_EXAMPLES = os.environ.get("CI_SIZER_FULL_EXAMPLES", "") not in ("", "0")
 
 
 def examples(full: int) -> int:
-    """The ``max_examples`` of a property whose exhaustive count is ``full`` (README: the CI tier)."""
+    """The ``max_examples`` of a property whose exhaustive count is ``full`` (README, "Development")."""
     return full if FULL_EXAMPLES else min(full, max(10, full // 4))

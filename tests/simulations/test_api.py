@@ -110,9 +110,17 @@ async def test_the_analysis_limit_holds_under_concurrent_posts(client: httpx.Asy
     # issue 18, item 7: 12 POSTs at once all got 202, since each one checked the room before any
     # was counted; the limit is taken atomically, and the slots come back when analyses end
     import asyncio
+    import threading
 
-    body = {"synthetic": {"days": 2}, "pool": {"shapes": [{"name": "m", "cpu": 8, "memory": "32Gi"}]}}
-    answers = await asyncio.gather(*(client.post("/api/v1/simulations", json=body) for _ in range(12)))
+    body = {"synthetic": {"days": 0.5}, "pool": {"shapes": [{"name": "m", "cpu": 8, "memory": "32Gi"}]}}
+    # the analyses' one worker thread is held until the 12 POSTs are answered, so no analysis can end and
+    # give its slot back before the last POST is counted, however fast the work or slow the machine
+    held = threading.Event()
+    client.app.state.analysis_limits.executor.submit(held.wait, 60)  # type: ignore[attr-defined]
+    try:
+        answers = await asyncio.gather(*(client.post("/api/v1/simulations", json=body) for _ in range(12)))
+    finally:
+        held.set()
     codes = sorted(r.status_code for r in answers)
     assert codes == [202] * 4 + [429] * 8, codes
     for r in answers:

@@ -1,13 +1,14 @@
 """``ci-sizer collect`` as the README installs it: ``pip install .`` with no extras, in a venv of its own,
 wrapping a real process and posting to a live sizer.
 
-The wheel is built once per session from a copy of the checkout's sources; the venv gets the runtime
-dependencies only. The two tests that use it are in the CI tier (``pytest -m ci``; the README names it).
+The wheel is built once per test run (the xdist workers share it) from a copy of the checkout's sources;
+the venv gets the runtime dependencies only. The two tests that use it are in the CI tier (``pytest -m ci``; the README names it).
 The import checks below are fast and always run: the collect command, and every module of
 ``service.collector``, load the standard library and the package only."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pkgutil
@@ -28,26 +29,45 @@ ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
 
 
-def run(*cmd: str | Path) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900)
+def run(*cmd: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=900, env=env)
     assert done.returncode == 0, f"{' '.join(map(str, cmd))}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return done
 
 
 @pytest.fixture(scope="session")
 def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv holding a wheel of the checkout, installed without extras."""
-    work = tmp_path_factory.mktemp("plain-install")
+    """A venv holding a wheel of the checkout, installed without extras: built once per test run, by
+    the first xdist worker to need it (the others wait on a lock in the run's shared temporary folder)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # each worker's basetemp is a folder of the run's
+    work = shared / "plain-install"
+    with (shared / "plain-install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        venv = work / "venv"
+        if not (work / "ready").exists():
+            shutil.rmtree(work, ignore_errors=True)
+            _build_plain_venv(work, venv)
+            (work / "ready").touch()
+    return venv
+
+
+def _build_plain_venv(work: Path, venv: Path) -> None:
     src = work / "src"
-    src.mkdir()
+    src.mkdir(parents=True)
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     shutil.copytree(ROOT / "service", src / "service", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.c"))
-    run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", work / "dist", src)
-    venv = work / "venv"
+    # the compiled core unoptimised and without debug information (CFLAGS comes after Python's own -O3 -g):
+    # half the compile's time, the longest part of this fixture; the collector never imports the core, and
+    # the wheel is otherwise the one pip builds for a user
+    run(
+        sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", work / "dist", src,
+        env={**os.environ, "CFLAGS": f"{os.environ.get('CFLAGS', '')} -O0 -g0".strip()},
+    )  # fmt: skip
     run(sys.executable, "-m", "venv", venv)
     run(venv / "bin" / "python", "-m", "pip", "install", "-q", *sorted((work / "dist").glob("ci_sizer-*.whl")))
-    return venv
 
 
 # Allocates and touches 64 MiB, burns CPU for a second, reports its own resident set at the end.

@@ -20,11 +20,12 @@ backtest's KRR-like and VPA-like baselines (``POLICY_KRR``, ``POLICY_VPA``).
     python bench/replay.py --offline [--data DIR] [--results out.json] [--write-results]
     python bench/replay.py --robustness [--seeds 20] [--explain-kills] [--write-results]
 
-The live mode (the default) runs each served policy against its own fresh ``python -m service
-serve`` (its own port; a fresh SQLite file in a temporary directory, or a fresh database on the
-PostgreSQL server of ``--database-url``; the server applies the migrations as it starts), with
+The live mode (the default) runs each served policy and QoS against its own fresh ``python -m
+service serve`` (its own port; a fresh SQLite file in a temporary directory, or a fresh database on
+the PostgreSQL server of ``--database-url``; the server applies the migrations as it starts), with
 ``CI_SIZER_MEMORY_QOS`` and ``CI_SIZER_SIZING_POLICY`` in its environment and a tokens file
-holding one ``ingest``+``read`` token. Before each run it GETs ``/api/v1/sizing/{org}/{repo}/
+holding one ``ingest``+``read`` token. ``--grow``'s variants of one policy (with the guard, with
+refusals: the client's side) share its server, each under an org of its own (``wfinstances-1``, ...). Before each run it GETs ``/api/v1/sizing/{org}/{repo}/
 {workflow}/{job}``; after it, it POSTs ``/api/v1/runs`` as the collector would (the six CPU stats,
 the peak working set, the limit in force, ``oom_kill_events``), a killed run with ``oom_killed``
 and its peak clipped at the limit. One keep-alive connection per server. When the server echoes
@@ -80,6 +81,7 @@ from service.runs.service import is_oom_suspect
 
 FILE = "wfinstances-runs.csv.gz"
 FIRST_RUNS = 60
+ORG = "wfinstances"  # the replayed jobs' org
 MIN_RUNS = 10
 GIB = 1 << 30
 
@@ -99,7 +101,7 @@ class Job:
     @property
     def key(self) -> tuple[str, str, str, str]:
         system, workflow, category = self.name.split("/", 2)
-        return "wfinstances", system, workflow, category
+        return ORG, system, workflow, category
 
 
 def load(path: Path, first: int | None = FIRST_RUNS) -> list[Job]:
@@ -321,9 +323,10 @@ class Live(Target):
 
     CONTAINER = "task"
 
-    def __init__(self, client: httpx.Client, policy: Policy, *, start: datetime) -> None:
+    def __init__(self, client: httpx.Client, policy: Policy, *, start: datetime, org: str | None = None) -> None:
         self.client = client
         self.policy = policy
+        self.org = org  # None: the jobs' own org; else this replay's jobs live under it, apart from others'
         self.clock = start  # each posted run finishes one second after the one before
         self.posted = 0
         self.served: str | None = None  # meta.policy as the server echoes it; None: not echoed
@@ -334,7 +337,11 @@ class Live(Target):
     def path(key: Key) -> str:
         return "/api/v1/sizing/" + "/".join(quote(part, safe="") for part in key)
 
+    def _key(self, key: Key) -> Key:
+        return key if self.org is None else (self.org, *key[1:])
+
     def _ask(self, key: Key) -> Answer:
+        key = self._key(key)
         r = self.client.get(self.path(key))
         if r.status_code != 200:
             raise RuntimeError(f"GET {self.path(key)} answered {r.status_code}: {r.text[:300]}")
@@ -358,7 +365,7 @@ class Live(Target):
         self.posted += 1
         finished = self.clock + timedelta(seconds=self.posted)
         started = finished - timedelta(seconds=run.runtime_s)
-        org, repo, workflow, job = key
+        org, repo, workflow, job = self._key(key)
         cpu = run.cpu_millicores  # the traces give the mean: all six stats are it
         body = {
             "org": org,
@@ -717,7 +724,7 @@ def tokens_file(directory: Path) -> tuple[Path, str]:
 def served(policy: Policy, directory: Path, database_url: str | None, secret: str) -> Iterator[httpx.Client]:
     """A fresh ``python -m service serve`` for ``policy`` and a keep-alive client to it."""
     qos = "guaranteed" if policy.guaranteed else "burstable"
-    name = f"replay_{policy.code}_{qos}" + (f"_grow{round(policy.refused * 100)}" if policy.grow else "")
+    name = f"replay_{policy.code}_{qos}"
     if database_url:
         # a database of its own on the server, named apart from any other replay's, dropped after
         url = _load.run(_load.fresh_database(database_url, f"ci_sizer_{name}_{uuid.uuid4().hex[:8]}"))
@@ -782,29 +789,41 @@ def live_rows(
     directory: Path,
     policies: Sequence[Policy] = POLICIES,
 ) -> tuple[list[dict[str, Any]], dict[str, Tally]]:
-    """The table's rows: each served policy through its own server, the anchors offline; and each
-    row's tally (with the answers run by run)."""
+    """The table's rows: each served policy (and QoS) through its own server, its growth variants under
+    orgs of their own on it, the anchors offline; and each row's tally (with the answers run by run)."""
     _, secret = tokens_file(directory)
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
-    rows: list[dict[str, Any]] = []
+    rows: dict[str, dict[str, Any]] = {}
     tallies: dict[str, Tally] = {}
+    # One server per served policy and QoS (what a server is started with); the growth guard and its
+    # refusals act on the client's side, so each such variant is replayed on the same server under an
+    # org of its own: nothing the server keeps (a job's history, its org's first-run prior) crosses orgs
+    servers: dict[tuple[str, bool], list[Policy]] = defaultdict(list)
     for p in policies:
         if p.code in SERVED:
-            if p.code not in served_codes:
-                continue
-            with served(p, directory, database_url, secret) as client:
-                target = Live(client, p, start=start)
-                t = replay(jobs, target, p)
-            source = f"live, meta.policy {target.served}" if target.served else "live, meta.policy not echoed"
-            seed = tallies.get(f"seed ({'guaranteed' if p.guaranteed else 'burstable'})")
-            if p.code == "efficient" and target.served is None and seed is not None and seed.answers == t.answers:
-                source += ": the server ignored CI_SIZER_SIZING_POLICY and answered as seed (not wired yet)"
+            if p.code in served_codes:
+                servers[p.code, p.guaranteed].append(p)
         else:
             t = replay(jobs, offline_target(core, p), p)
-            source = "offline loop: not a served policy"
-        rows.append({"policy": p.label, "source": source, **growth_column(p), **t.row()})
-        tallies[p.label] = t
-    return rows, tallies
+            rows[p.label] = {
+                "policy": p.label,
+                "source": "offline loop: not a served policy",
+                **growth_column(p),
+                **t.row(),
+            }
+            tallies[p.label] = t
+    for variants in servers.values():
+        with served(variants[0], directory, database_url, secret) as client:
+            for n, p in enumerate(variants):
+                target = Live(client, p, start=start, org=None if n == 0 else f"{ORG}-{n}")
+                t = replay(jobs, target, p)
+                source = f"live, meta.policy {target.served}" if target.served else "live, meta.policy not echoed"
+                seed = tallies.get(f"seed ({'guaranteed' if p.guaranteed else 'burstable'})")
+                if p.code == "efficient" and target.served is None and seed is not None and seed.answers == t.answers:
+                    source += ": the server ignored CI_SIZER_SIZING_POLICY and answered as seed (not wired yet)"
+                rows[p.label] = {"policy": p.label, "source": source, **growth_column(p), **t.row()}
+                tallies[p.label] = t
+    return [rows[p.label] for p in policies if p.label in rows], tallies
 
 
 def check_offline(
@@ -913,7 +932,10 @@ def main_grow(args: argparse.Namespace, jobs: list[Job]) -> int:
             )  # fmt: skip
         if args.check_offline:
             problems = check_offline(jobs, core, rows, tallies, policies)
-        how = "each served policy through its own `python -m service serve`; the anchors offline"
+        how = (
+            "each served policy through its own `python -m service serve`, its growth variants on the same "
+            "server under orgs of their own; the anchors offline"
+        )
     lines = _grow.render(title, rows, (KRR_LOOP.label, VPA_LOOP.label))
     print("\n".join(lines))
     command = "python bench/replay.py --grow" + (f" --grow-refused {args.grow_refused:g}" if args.grow_refused else "")

@@ -173,7 +173,14 @@ def _seed(url: str, runs: list[dict[str, Any]]) -> None:
 
 def _new_override(d: WebDriver, url: str) -> WebElement:
     go(d, "#overrides", "#overrides-fragment > section")
-    by(d, "[data-action=new-override]").click()
+
+    def click_new() -> bool:
+        # found and clicked in one step, again if the list's fragment was drawn anew in between (a CI run
+        # under load met the button gone stale between the two)
+        by(d, "[data-action=new-override]").click()
+        return True
+
+    wait(click_new, "the new-override button")
     return wait(lambda: by(d, "#override-editor form"), "the override editor")
 
 

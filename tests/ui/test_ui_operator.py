@@ -249,7 +249,9 @@ def test_severity_sorts_and_colours_the_fleet_with_a_row_per_container(
     assert throttled
     assert throttled <= set(fleet_data.LAYOUT["globex"]["infra"]["terraform.yml"])
     # a pod with a sidecar has a row per container
-    side = all_of(driver, "#jobs-fragment tr.container-row[data-parent=docker-image]")
+    side = wait(  # drawn with its job's row, which a CI run under load read before they were there
+        lambda: all_of(driver, "#jobs-fragment tr.container-row[data-parent=docker-image]"), "docker-image's containers"
+    )
     assert [r.get_attribute("data-container") for r in side] == ["build", "dind"]
     assert "peak 8" in side[1].text or "peak 9" in side[1].text  # the Docker daemon's ~900 MiB
     shot(driver, screenshots / "fleet.png", size=(1400, 1700), whole=False)

@@ -8,6 +8,7 @@ own unit of work and several tests need real concurrent transactions.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import sys
@@ -108,6 +109,56 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
     selects_ci = Expression.compile(config.option.markexpr).evaluate(lambda name, **_: name == "ci")
     return True if not selects_ci else None
+
+
+#: the call time of each test that took 2 s or more (tests/tools/durations.py writes it from a timed run)
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+
+
+@pytest.hookimpl(trylast=True)  # after ``-m`` and ``-k`` have deselected what does not run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Long tests first, spread over the xdist workers (issue 36). ``--dist worksteal`` first hands each
+    of the N workers a run of consecutive tests (N runs of about equal length, in collection order), and
+    a worker that runs dry later takes half of the longest queue left. A long test that comes last in a
+    worker's run (as the live replays and the plain install did in file order) starts when the others
+    are nearly done, and they wait for it. Here each worker's run starts with its share of the modules
+    that hold long tests (``long_first``). Every worker reorders alike (xdist checks that they collected
+    the same list)."""
+    workers = int(getattr(config, "workerinput", {}).get("workercount", 0))
+    if workers < 2 or not DURATIONS.exists():
+        return
+    order = long_first([it.nodeid for it in items], json.loads(DURATIONS.read_text()), workers)
+    items[:] = [items[i] for i in order]
+
+
+def long_first(nodeids: list[str], known: dict[str, float], workers: int) -> list[int]:
+    """The order (indexes into ``nodeids``) in which ``workers`` worksteal workers start on the long
+    tests (``known``: seconds) at once. A module holding long tests moves whole, in its own order (its
+    module-scoped fixtures, a browser or five live servers, are then set up once, not once per worker
+    it is spread over): each worker's first run opens with its share of such modules, the longest going
+    to the run with the least so far. The other tests keep their order after them."""
+    modules: dict[str, list[int]] = {}
+    for i, n in enumerate(nodeids):
+        modules.setdefault(n.split("::", 1)[0], []).append(i)
+    weight = {m: sum(known.get(nodeids[i], 0.0) for i in idx) for m, idx in modules.items()}
+    units = sorted((m for m in modules if weight[m] > 0), key=lambda m: -weight[m])
+    moved = {i for m in units for i in modules[m]}
+    rest = [i for i in range(len(nodeids)) if i not in moved]
+    heads: list[list[int]] = [[] for _ in range(workers)]
+    load = [0.0] * workers
+    for m in units:
+        w = load.index(min(load))
+        heads[w] += modules[m]
+        load[w] += weight[m]
+    order: list[int] = []
+    left = len(nodeids)
+    for w in range(workers):
+        size = left // (workers - w)  # what worksteal sends this worker first (its ``check_schedule``)
+        left -= size
+        take = max(0, size - len(heads[w]))
+        order += heads[w] + rest[:take]
+        del rest[:take]
+    return order + rest
 
 
 def _xdist_controller(config: pytest.Config) -> bool:

@@ -1,0 +1,44 @@
+"""The suite's own scheduling (issue 36): tests/conftest.py's ``long_first`` starts each xdist worker on
+its share of the modules holding long tests, keeps a module's tests together, and lists every test once."""
+
+from __future__ import annotations
+
+from .conftest import long_first
+
+
+def ids(module: str, n: int) -> list[str]:
+    return [f"{module}::t{i}" for i in range(n)]
+
+
+def test_each_worker_starts_with_its_share_of_the_long_modules() -> None:
+    # file order puts the two long modules last: one worker would get both, after the others' runs
+    nodeids = ids("a.py", 8) + ids("b.py", 8) + ids("long1.py", 2) + ids("long2.py", 2)
+    known = {"long1.py::t0": 30.0, "long2.py::t1": 20.0, "long2.py::t0": 5.0}
+    order = long_first(nodeids, known, workers=2)
+    assert sorted(order) == list(range(len(nodeids)))
+    first, second = [nodeids[i] for i in order[:10]], [nodeids[i] for i in order[10:]]  # worksteal's runs: 10, 10
+    assert first[:2] == ["long1.py::t0", "long1.py::t1"]  # the longest module opens one run, whole
+    assert second[:2] == ["long2.py::t0", "long2.py::t1"]  # the next opens the other, in its own order
+    # the other tests keep their order
+    assert [n for n in first + second if not n.startswith("long")] == ids("a.py", 8) + ids("b.py", 8)
+
+
+def test_the_longest_go_to_the_run_with_the_least() -> None:
+    nodeids = ids("x.py", 1) + ids("y.py", 1) + ids("z.py", 1) + ids("s.py", 9)
+    known = {"x.py::t0": 30.0, "y.py::t0": 20.0, "z.py::t0": 15.0}
+    order = long_first(nodeids, known, workers=2)
+    runs = [nodeids[i] for i in order[:6]], [nodeids[i] for i in order[6:]]
+    assert runs[0][0] == "x.py::t0"
+    assert runs[1][:2] == ["y.py::t0", "z.py::t0"]  # 20 + 15 against 30
+
+
+def test_more_long_modules_than_a_run_holds_still_lists_each_test_once() -> None:
+    nodeids = [f"m{i}.py::t" for i in range(5)]
+    known = {n: float(i + 1) for i, n in enumerate(nodeids)}
+    order = long_first(nodeids, known, workers=4)
+    assert sorted(order) == list(range(5))
+    assert order[0] == 4  # the longest first
+
+
+def test_no_long_tests_keeps_the_order() -> None:
+    assert long_first(["a::x", "a::y", "b::z"], {}, workers=3) == [0, 1, 2]

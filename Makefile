@@ -1,4 +1,4 @@
-.PHONY: help install build lint test test-ci test-pure run openapi bench
+.PHONY: help install build lint test test-ci test-pure durations run openapi bench
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -26,6 +26,10 @@ test-ci: install  ## the CI tier: long end-to-end tests the README's command lea
 
 test-pure: install  ## core and sizing tests on the pure-Python reference
 	CI_SIZER_PURE_PYTHON=1 $(PY) -m pytest -q tests/core tests/sizing/test_sizing_api.py tests/sizing/test_golden.py tests/sizing/test_policy_parity.py
+
+durations: install  ## both tiers timed: rewrites tests/durations.json (the long tests, which start first)
+	CI_SIZER_FULL_EXAMPLES=1 $(PY) -m pytest -q -m '' --durations=0 | tee .durations.log
+	$(PY) tests/tools/durations.py .durations.log && rm -f .durations.log
 
 run: install  ## serve on the embedded SQLite default
 	$(VENV)/bin/ci-sizer serve

@@ -1,5 +1,6 @@
 """Write tests/durations.json from the output of a run with ``--durations=0`` (issue 36).
 
+    make durations          # or, by hand:
     python -m pytest -q -p no:cacheprovider -m '' --durations=0 > /tmp/run.log
     python tests/tools/durations.py /tmp/run.log
 

@@ -142,20 +142,26 @@ def long_first(nodeids: list[str], known: dict[str, float], workers: int) -> lis
         modules.setdefault(n.split("::", 1)[0], []).append(i)
     weight = {m: sum(known.get(nodeids[i], 0.0) for i in idx) for m, idx in modules.items()}
     units = sorted((m for m in modules if weight[m] > 0), key=lambda m: -weight[m])
-    moved = {i for m in units for i in modules[m]}
-    rest = [i for i in range(len(nodeids)) if i not in moved]
+    sizes: list[int] = []  # what worksteal sends each worker first (its ``check_schedule``)
+    left = len(nodeids)
+    for w in range(workers):
+        sizes.append(left // (workers - w))
+        left -= sizes[-1]
     heads: list[list[int]] = [[] for _ in range(workers)]
     load = [0.0] * workers
     for m in units:
-        w = load.index(min(load))
-        heads[w] += modules[m]
-        load[w] += weight[m]
+        # the run with the least so far among those the module fits in whole (else it stays in its place:
+        # a module cut at the end of a run is set up by two workers)
+        fits = [w for w in range(workers) if len(heads[w]) + len(modules[m]) <= sizes[w]]
+        if fits:
+            w = min(fits, key=lambda w: load[w])
+            heads[w] += modules[m]
+            load[w] += weight[m]
+    moved = {i for head in heads for i in head}
+    rest = [i for i in range(len(nodeids)) if i not in moved]
     order: list[int] = []
-    left = len(nodeids)
     for w in range(workers):
-        size = left // (workers - w)  # what worksteal sends this worker first (its ``check_schedule``)
-        left -= size
-        take = max(0, size - len(heads[w]))
+        take = sizes[w] - len(heads[w])
         order += heads[w] + rest[:take]
         del rest[:take]
     return order + rest

@@ -32,6 +32,16 @@ def test_the_longest_go_to_the_run_with_the_least() -> None:
     assert runs[1][:2] == ["y.py::t0", "z.py::t0"]  # 20 + 15 against 30
 
 
+def test_a_module_larger_than_the_room_left_in_a_run_stays_in_its_place() -> None:
+    # two runs of 6: "huge" (7 tests, the longest) fits in neither and keeps its place among the other tests;
+    # "big" (5) opens the first run
+    nodeids = ids("huge.py", 7) + ids("big.py", 5)
+    known = {"big.py::t0": 10.0, "huge.py::t0": 30.0}
+    order = long_first(nodeids, known, workers=2)
+    assert sorted(order) == list(range(12))
+    assert [nodeids[i] for i in order] == ids("big.py", 5) + ids("huge.py", 7)
+
+
 def test_more_long_modules_than_a_run_holds_still_lists_each_test_once() -> None:
     nodeids = [f"m{i}.py::t" for i in range(5)]
     known = {n: float(i + 1) for i, n in enumerate(nodeids)}

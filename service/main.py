@@ -115,7 +115,13 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
                 name="fleet totals",
             ),
             asyncio.create_task(
-                _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers)),
+                _periodic(
+                    settings.retention_interval_seconds,
+                    # PostgreSQL: pruned jobs announced after their commits, by the worker's Notifier
+                    lambda: pruner.run_once(
+                        write_maker, app.state.answers, notifier=getattr(app.state, "notifier", None)
+                    ),
+                ),
                 name="retention",
             ),
             asyncio.create_task(
@@ -171,7 +177,9 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
                 if notifier is not None:  # what the stopped task had not sent yet
                     await notifier.flush()
                 await app.state.fleet.flush(write_maker)
-                await pruner.run_once(write_maker, app.state.answers, recover=False)
+                await pruner.run_once(write_maker, app.state.answers, recover=False, notifier=notifier)
+                if notifier is not None:  # the last pruning's jobs (nothing sent when there are none)
+                    await notifier.flush()
 
             await shutdown.bounded(last_writes(), shutdown.WRITES_SECONDS, "the last fleet totals and retention pass")
             if app.state.pgpool is not None:

@@ -86,6 +86,21 @@ def _is_loopback_address(host: str) -> bool:
 #: pays for itself.
 SESSION_SETTINGS = {"plan_cache_mode": "force_generic_plan", "jit": "off"}
 
+#: The array types the service's statements bind or read on PostgreSQL (the build path's POST binds a
+#: run's containers as arrays, retention and the job states bind job ids as ``bigint[]``). asyncpg has
+#: codecs of its own for none of them: the first statement that uses one on a connection first asks the
+#: server's catalog (``WITH RECURSIVE typeinfo_tree``, a recursive query over ``pg_type``, 2-20 ms on a
+#: new backend whose catalog caches are cold, and two more round trips), which the request or pass that
+#: happens to run it waits for. ``learn_types`` asks once, for all of them, as the connection opens.
+ARRAY_TYPES = "SELECT $1::bigint[], $2::integer[], $3::varchar[], $4::float8[], $5::boolean[], $6::text[]"
+
+
+async def learn_types(conn: Any) -> None:
+    """On a new asyncpg connection: have asyncpg learn ``ARRAY_TYPES`` (one catalog query), so that no
+    later statement stops to."""
+    await conn.prepare(ARRAY_TYPES)
+
+
 #: Connections in an engine's pool (PostgreSQL; no overflow beyond it).
 POOL_SIZE = 8
 
@@ -157,7 +172,13 @@ def build_engine(
     if statement_timeout is not None:
         connect_args.setdefault("command_timeout", statement_timeout)
     connect_args.setdefault("server_settings", {}).update(SESSION_SETTINGS)
-    return create_async_engine(database_url, connect_args=connect_args, **kwargs)
+    engine = create_async_engine(database_url, connect_args=connect_args, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _learn_types(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.run_async(learn_types)
+
+    return engine
 
 
 #: reads given up at their deadline, still cleaning up (kept so that they are not collected)

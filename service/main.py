@@ -23,7 +23,14 @@ from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
 from service.changes import ChangeFeed, Notifier
 from service.connections import Bounds
-from service.db import POOL_SIZE, SESSION_SETTINGS, build_engine, build_sessionmaker, is_local_postgres
+from service.db import (
+    POOL_SIZE,
+    SESSION_SETTINGS,
+    build_engine,
+    build_sessionmaker,
+    is_local_postgres,
+    learn_types,
+)
 from service.errors import HeadersTooLarge, install_error_handlers, problem_responses
 from service.gate import Gate
 from service.health import check_database
@@ -275,6 +282,9 @@ def lean_pool(settings: Settings) -> Pool:
         settings.database_url,
         size=POOL_SIZE,
         acquire_timeout=settings.database_connect_timeout_seconds,
+        # the POST's array types learned as a connection opens (at start-up for the warmed pool), not by
+        # the first POST on it (db.ARRAY_TYPES)
+        init=learn_types,
         **kwargs,
     )
 

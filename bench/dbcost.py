@@ -278,7 +278,9 @@ def main() -> None:
     env = dict(a.split("=", 1) for a in args.env)
     log = Path(args.log) if args.log else None
     started = loop.run_until_complete(meter.snapshot())
-    with LiveServer(url, "--log-level", "info", log=log, env=env) as server:
+    server = LiveServer(url, "--log-level", "info", log=log, env=env)
+    try:  # stopped even after a failed start: a server left running would write to the next run's database
+        server.start(timeout=300)  # (a busy shared machine took over a minute)
         time.sleep(args.settle_seconds)
         settled = loop.run_until_complete(meter.snapshot())
         report("start-up and settling", meter.between(started, settled), 1, "start")
@@ -302,6 +304,8 @@ def main() -> None:
         phase("posts", args.posts, "POST", lambda: drive(server.url, body, args.jobs, args.posts, "b", post=True))
         phase("gets (misses)", args.jobs, "GET", lambda: drive(server.url, body, args.jobs, args.jobs, "", post=False))
         phase("idle after", args.idle_seconds, "second", lambda: time.sleep(args.idle_seconds))
+    finally:
+        server.stop()
     phase_floor_a = loop.run_until_complete(meter.snapshot())
     loop.run_until_complete(floor(dsn, args.posts))
     phase_floor_b = loop.run_until_complete(meter.snapshot())

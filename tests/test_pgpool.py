@@ -266,8 +266,13 @@ async def test_the_build_paths_array_types_are_learned_as_a_connection_opens(pos
         async with p.acquire() as conn:
             asked: list[str] = []
             conn.add_query_logger(lambda q: asked.append(q.query))
-            row = await conn.fetchrow(fastpath.STATEMENT, *_run_arguments())  # (this test's own database)
-            assert row["run_pk"] is not None
+            tx = conn.transaction()  # rolled back: the session's database is shared with later tests
+            await tx.start()
+            try:
+                row = await conn.fetchrow(fastpath.STATEMENT, *_run_arguments())
+                assert row["run_pk"] is not None
+            finally:
+                await tx.rollback()
             await conn.fetchval("SELECT cardinality($1::bigint[])", [1, 2])
             assert asked, "the query logger saw nothing"
             assert not [q for q in asked if "typeinfo_tree" in q]

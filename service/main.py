@@ -23,7 +23,14 @@ from service.auth import TokenStore, load_tokens
 from service.cache import AnswerCache
 from service.changes import ChangeFeed, Notifier
 from service.connections import Bounds
-from service.db import POOL_SIZE, SESSION_SETTINGS, build_engine, build_sessionmaker, is_local_postgres
+from service.db import (
+    POOL_SIZE,
+    SESSION_SETTINGS,
+    build_engine,
+    build_sessionmaker,
+    is_local_postgres,
+    learn_types,
+)
 from service.errors import HeadersTooLarge, install_error_handlers, problem_responses
 from service.gate import Gate
 from service.health import check_database
@@ -115,7 +122,13 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
                 name="fleet totals",
             ),
             asyncio.create_task(
-                _periodic(settings.retention_interval_seconds, lambda: pruner.run_once(write_maker, app.state.answers)),
+                _periodic(
+                    settings.retention_interval_seconds,
+                    # PostgreSQL: pruned jobs announced after their commits, by the worker's Notifier
+                    lambda: pruner.run_once(
+                        write_maker, app.state.answers, notifier=getattr(app.state, "notifier", None)
+                    ),
+                ),
                 name="retention",
             ),
             asyncio.create_task(
@@ -171,7 +184,9 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
                 if notifier is not None:  # what the stopped task had not sent yet
                     await notifier.flush()
                 await app.state.fleet.flush(write_maker)
-                await pruner.run_once(write_maker, app.state.answers, recover=False)
+                await pruner.run_once(write_maker, app.state.answers, recover=False, notifier=notifier)
+                if notifier is not None:  # the last pruning's jobs (nothing sent when there are none)
+                    await notifier.flush()
 
             await shutdown.bounded(last_writes(), shutdown.WRITES_SECONDS, "the last fleet totals and retention pass")
             if app.state.pgpool is not None:
@@ -267,6 +282,9 @@ def lean_pool(settings: Settings) -> Pool:
         settings.database_url,
         size=POOL_SIZE,
         acquire_timeout=settings.database_connect_timeout_seconds,
+        # the POST's array types learned as a connection opens (at start-up for the warmed pool), not by
+        # the first POST on it (db.ARRAY_TYPES)
+        init=learn_types,
         **kwargs,
     )
 

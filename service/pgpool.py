@@ -100,6 +100,7 @@ class Pool:
         size: int = 8,
         acquire_timeout: float = 5.0,
         close_timeout: float = 5.0,
+        init: Callable[[Any], Awaitable[object]] | None = None,
         **connect_kwargs: Any,
     ) -> None:
         if size < 1:
@@ -109,6 +110,8 @@ class Pool:
         self.acquire_timeout = acquire_timeout
         self.close_timeout = close_timeout
         self._connect_kwargs = connect_kwargs
+        #: run on each connection as it opens, before its first use (within the acquire's bound)
+        self._init = init
         # a slot is an open connection or None (to be opened on acquire); the queue holds free slots,
         # last in first out: the connection just released is used next, so a light load opens few
         self._free: asyncio.Queue[Any] = asyncio.LifoQueue()
@@ -154,6 +157,16 @@ class Pool:
             if isinstance(exc, TimeoutError):
                 raise PoolTimeout(f"could not open a database connection within {budget:g}s") from None
             raise
+        if self._init is not None:
+            try:
+                async with asyncio.timeout(max(0.001, deadline - time.monotonic())):
+                    await self._init(conn)
+            except BaseException as exc:
+                conn.terminate()
+                self._free.put_nowait(None)
+                if isinstance(exc, TimeoutError):
+                    raise PoolTimeout(f"could not open a database connection within {budget:g}s") from None
+                raise
         self._open.add(conn)
         return conn
 

@@ -219,3 +219,96 @@ async def test_warm_with_the_database_down_opens_nothing_and_does_not_fail() -> 
         assert await down.warm() == 0
         assert down.opened == 0
         assert down.free == 2  # the slots stay, to be opened later
+
+
+async def test_init_runs_on_every_new_connection_before_its_first_use(postgresql_database: str) -> None:
+    opened: list[int] = []
+
+    async def init(conn: Any) -> None:
+        opened.append(await conn.fetchval("SELECT pg_backend_pid()"))
+
+    p = Pool(postgresql_database, size=1, acquire_timeout=2, init=init)
+    try:
+        async with p.acquire() as conn:
+            assert opened == [await conn.fetchval("SELECT pg_backend_pid()")]
+            conn.terminate()  # discarded on release: the next acquire opens (and inits) another
+        async with p.acquire() as conn:
+            assert len(opened) == 2
+            assert opened[-1] == await conn.fetchval("SELECT pg_backend_pid()")
+    finally:
+        await p.close()
+
+
+async def test_a_failing_init_leaves_the_slot_empty_and_raises(postgresql_database: str) -> None:
+    async def init(conn: Any) -> None:
+        raise RuntimeError("no")
+
+    p = Pool(postgresql_database, size=1, acquire_timeout=2, init=init)
+    try:
+        with pytest.raises(RuntimeError):
+            async with p.acquire():
+                pass
+        assert p.opened == 0
+        assert p.free == 1
+    finally:
+        await p.close()
+
+
+async def test_the_build_paths_array_types_are_learned_as_a_connection_opens(postgresql_database: str) -> None:
+    # issue 38: asyncpg knows none of the array types the POST binds; the first POST on each connection
+    # stopped to ask the catalog (WITH RECURSIVE typeinfo_tree), mid-run; now the pool's init asks once
+    from service.main import lean_pool
+    from service.runs import fastpath
+    from service.settings import Settings
+
+    p = lean_pool(Settings(database_url=postgresql_database))
+    try:
+        async with p.acquire() as conn:
+            asked: list[str] = []
+            conn.add_query_logger(lambda q: asked.append(q.query))
+            tx = conn.transaction()  # rolled back: the session's database is shared with later tests
+            await tx.start()
+            try:
+                row = await conn.fetchrow(fastpath.STATEMENT, *_run_arguments())
+                assert row["run_pk"] is not None
+            finally:
+                await tx.rollback()
+            await conn.fetchval("SELECT cardinality($1::bigint[])", [1, 2])
+            assert asked, "the query logger saw nothing"
+            assert not [q for q in asked if "typeinfo_tree" in q]
+    finally:
+        await p.close()
+
+
+async def test_the_engines_connections_learn_the_array_types_as_they_open(postgresql_database: str) -> None:
+    # retention and the job states bind job ids as bigint[] through the engine: its connections open
+    # lazily, mid-run, and each stopped at its first such statement to ask the catalog
+    from sqlalchemy import text
+
+    from service.db import build_engine
+
+    engine = build_engine(postgresql_database)
+    try:
+        async with engine.connect() as c:
+            raw = (await c.get_raw_connection()).driver_connection
+            asked: list[str] = []
+            raw.add_query_logger(lambda q: asked.append(q.query))
+            ids = (await c.execute(text("SELECT CAST(:ids AS bigint[])"), {"ids": [3, 4]})).scalar_one()
+            assert ids == [3, 4]
+            assert asked
+            assert not [q for q in asked if "typeinfo_tree" in q]
+    finally:
+        await engine.dispose()
+
+
+def _run_arguments() -> list[Any]:
+    """The POST statement's arguments for one run (tests/helpers.run)."""
+    from service.runs import fastpath
+    from service.runs import service as runs_service
+    from service.runs.schemas import RunCreate
+    from service.wire import utcnow
+
+    from .helpers import container, run
+
+    body = RunCreate.model_validate(run(1, container(), container("side")))
+    return fastpath.arguments(runs_service.prepare(body), now=utcnow())

@@ -223,6 +223,79 @@ async def test_retention_deletes_more_runs_than_one_statement_can_name(make_clie
         assert (await sizing(client, runs=100))["meta"]["clean_samples"] == 5
 
 
+async def test_a_pruned_job_is_announced_after_the_commit_not_in_its_transaction(make_client: Any, db_url: str) -> None:
+    # issue 38: a pg_notify in the pruning transaction took the cluster's one notification lock at its
+    # commit, behind (and ahead of) every other notifying commit on the cluster; the worker's Notifier
+    # announces the pruned job after the commit instead, as it does the build path's runs ("jobs", never
+    # the in-transaction "changed")
+    if not db_url.startswith("postgresql"):
+        pytest.skip("the change feed is PostgreSQL's LISTEN/NOTIFY")
+    heard: list[str] = []
+    listener = await asyncpg.connect(make_url(db_url).set(drivername="postgresql").render_as_string(False))
+    await listener.add_listener("ci_sizer_changes", lambda *args: heard.append(args[3]))
+    try:
+        # the app's own passes (the wiring of service/main.py)
+        async with make_client(retention_runs=2, retention_interval_seconds=0.05) as client:
+            await post_runs(client, *(run(n) for n in range(1, 5)))
+            await wait_for_rows(db_url, "runs", 2, seconds=30)
+        assert heard
+        assert all("changed" not in orjson.loads(p) for p in heard)
+        # one pass: the pruned job is announced, in a notification of its own
+        async with make_client(retention_runs=2, retention_interval_seconds=3600) as client:
+            app = client.app  # type: ignore[attr-defined]
+            await post_runs(client, *(run(n) for n in range(5, 7)))
+            posted = len(heard)
+            before = app.state.notifier.batches
+            removed = await app.state.pruner.run_once(
+                app.state.write_sessionmaker, app.state.answers, notifier=app.state.notifier
+            )
+            assert removed == 2
+            assert await count_rows(db_url, "runs") == 2
+            deadline = time.monotonic() + 10
+            while len(heard) == posted:
+                assert time.monotonic() < deadline, "the pruned job was not announced"
+                await asyncio.sleep(0.02)
+            assert app.state.notifier.batches > before
+            pruned = [orjson.loads(p) for p in heard[posted:]]
+            key = [JOB["org"], JOB["repo"], JOB["workflow"], JOB["job"]]
+            assert any(key in message["jobs"] for message in pruned)
+            assert all("changed" not in orjson.loads(p) for p in heard)
+    finally:
+        await listener.close()
+
+
+async def test_a_retention_pass_that_times_out_logs_what_the_database_waited_on(
+    make_client: Any, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the 40,002-run test above saw a pass wait out its statement timeout in whole-suite runs, and the
+    # log said only "TimeoutError": now it says what the sessions were doing (a lock holder here)
+    if not db_url.startswith("postgresql"):
+        pytest.skip("PostgreSQL's statement timeout and pg_stat_activity")
+    async with make_client(
+        retention_runs=1, retention_interval_seconds=3600, database_statement_timeout_seconds=1
+    ) as client:
+        app = client.app  # type: ignore[attr-defined]
+        await post_runs(client, *(run(n) for n in range(1, 4)))
+        holder = await asyncpg.connect(make_url(db_url).set(drivername="postgresql").render_as_string(False))
+        try:
+            tx = holder.transaction()
+            await tx.start()
+            await holder.execute("SELECT id FROM runs WHERE run_id <> 'run-0' FOR UPDATE")
+            with caplog.at_level(logging.WARNING, logger="ci_sizer.retention"):
+                removed = await app.state.pruner.run_once(app.state.write_sessionmaker, app.state.answers)
+            assert removed == 0
+            [sampled] = [r.getMessage() for r in caplog.records if "timed out" in r.getMessage()]
+            assert "idle in transaction" in sampled
+            assert "FOR UPDATE" in sampled  # the holder's statement (this database's: its text is shown)
+            assert "'run-0'" not in sampled  # literals are not logged
+            await tx.rollback()
+        finally:
+            await holder.close()
+        # the job stayed noted: the next pass prunes it
+        removed = await app.state.pruner.run_once(app.state.write_sessionmaker, app.state.answers)
+        assert removed == 2
+
+
 async def test_pruning_resumes_after_a_restart(make_client: Any, db_url: str) -> None:
     # issue 18, item 8: the jobs waiting for pruning lived only in the memory of the process; one
     # that stopped before its pass (a crash, a deploy) left them over the limit for good

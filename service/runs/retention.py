@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service import changes
 from service.cache import AnswerCache
-from service.db import unit_of_work
+from service.db import is_timeout, log_waits, unit_of_work
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS, RETENTION_BACKLOG, RETENTION_PRUNED
 from service.sizing import state as job_state
@@ -128,13 +128,24 @@ class Pruner:
         return jobs if over is None else {job_id: jobs[job_id] for job_id in over}
 
     async def run_once(
-        self, maker: async_sessionmaker[AsyncSession], cache: AnswerCache, *, recover: bool = True
+        self,
+        maker: async_sessionmaker[AsyncSession],
+        cache: AnswerCache,
+        *,
+        recover: bool = True,
+        notifier: changes.Notifier | None = None,
     ) -> int:
         """Prune every noted job (the first pass with ``recover``, and one every ``rescan_seconds``, also
         the jobs counted over the limit); a job that fails stays noted for the next pass. Pruning can
         change a job's answer (its clean-run count, its window), so the job's cached answers are
         invalidated, here and, through the change feed, in other workers. ``ci_sizer_retention_backlog_jobs``
-        is left at the number of jobs still known over the limit (failed, or found and not yet pruned)."""
+        is left at the number of jobs still known over the limit (failed, or found and not yet pruned).
+
+        With a ``notifier`` (PostgreSQL) a pruned job is announced after its transaction commits, in the
+        worker's batched notifications, as the build path's runs are (``changes.Notifier``): a ``pg_notify``
+        inside the transaction would take the cluster's one notification lock at its commit and hold it
+        through the commit's flush, behind every other notifying commit of the cluster and ahead of them
+        (issue 38). A pass that fails on a timeout logs what the database's sessions were waiting on."""
         if recover and time.monotonic() - self._scanned_at >= (self.rescan_seconds if self.recovered else 0):
             try:
                 await self.recover(maker)
@@ -151,22 +162,28 @@ class Pruner:
                 log.warning("retention could not count the noted jobs' runs: %s", type(exc).__name__)
         found, self.found = self.found, {}
         jobs = {**jobs, **found}
+        sampled = False  # the database's sessions, logged at the pass's first timeout
         for job_id, key in sorted(jobs.items()):
             try:
                 while True:
                     async with unit_of_work(maker) as uow:
                         gone = await prune_job(session=uow.session, job_id=job_id, keep=self.keep)
-                        if gone:
+                        if gone and notifier is None:  # (SQLite: nobody to tell; a no-op there)
                             await changes.publish(uow.session, key, cache.origin)
                     removed += gone
-                    if gone:
+                    if gone:  # committed
                         cache.invalidate(key)
+                        if notifier is not None:
+                            notifier.note(key)
                     RETENTION_PRUNED.inc(gone)
                     if gone < BATCH:
                         break
             except Exception as exc:
                 DATABASE_ERRORS.inc()
                 log.warning("retention pass failed for a job: %s", type(exc).__name__)
+                if is_timeout(exc) and not sampled:
+                    sampled = True
+                    await log_waits(maker, log, "retention pass timed out")
                 (self.found if job_id in found else self.pending)[job_id] = key
                 failed += 1
         RETENTION_BACKLOG.set(failed)

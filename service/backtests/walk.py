@@ -41,6 +41,7 @@ def walk(
     pins: Sequence[int],
     backoff_ceiling: int = -1,
     prior: Sequence[int] | None = None,
+    seconds: Sequence[float] | None = None,
 ) -> tuple[int, int, int, int, float, float, float, float]:
     """Totals in ``core.BACKTEST_FIELDS`` order; a run at OOM risk counts its whole reservation as waste."""
     scored = oom_risk = cpu_scored = throttled = 0
@@ -50,7 +51,7 @@ def walk(
             continue
         s = core.size_run(
             i, clean, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak, ceiling[i],
-            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i],
+            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i], seconds,
         )  # fmt: skip
         d = duration[i]
         killed = False

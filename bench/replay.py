@@ -186,11 +186,12 @@ class _Columns:
     mem_peak: list[int] = field(default_factory=list)
     mem_limit: list[int] = field(default_factory=list)
     oom: list[int] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # each run's duration (E11)
     samples: int = 0  # runs without a kill ever posted (the prior's "first sample", E6), cut ones included
 
     def cut(self, start: int) -> None:
         """Forget the runs before ``start``."""
-        for column in (self.clean, self.present, self.cpu, self.mem_peak, self.mem_limit, self.oom):
+        for column in (self.clean, self.present, self.cpu, self.mem_peak, self.mem_limit, self.oom, self.seconds):
             del column[:start]
 
 
@@ -267,7 +268,7 @@ class Offline(Target):
         s = self.core.size_run(
             len(c.clean), c.clean, c.present, c.cpu, c.cpu, c.cpu, c.mem_peak, c.mem_limit, c.oom, c.mem_peak,
             -1, self.code, self.runs, self.buffer, self.guaranteed, (-1, -1, -1, -1, 0, 0, 0, 0),
-            64 * GIB, prior,
+            64 * GIB, prior, c.seconds,
         )  # fmt: skip
         self.last = (s, prior)
         # rules G2-G5 as the server's compute: no node ceiling in the traces, so G2's bound is the backoff's 64Gi
@@ -290,6 +291,7 @@ class Offline(Target):
         c.cpu.append(run.cpu_millicores)  # the traces give the mean: all six stats are it
         c.mem_peak.append(run.peak_bytes)
         c.mem_limit.append(run.limit_bytes)
+        c.seconds.append(run.runtime_s)
         if not run.oom_killed:
             self.priors[key[0]] = core.prior_update(self.priors[key[0]], run.peak_bytes, c.samples == 0)
             c.samples += 1

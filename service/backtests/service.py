@@ -29,6 +29,7 @@ from service.backtests.walk import walk as score_walk
 from service.keys import ScopeKey
 from service.overrides import service as overrides_service
 from service.sizing import service as sizing
+from service.sizing.history import run_seconds
 from service.sizing.params import CpuPercentile, SizingParams
 from service.tables import Job, Run, RunContainer
 
@@ -72,7 +73,7 @@ BASELINES = (
 
 def policies(param_sets: Sequence[Params], *, baselines: bool = True, efficient: bool = True) -> list[Policy]:
     """ci-sizer's seed policy with each parameter set, then (``efficient``) the efficient policy
-    (E1-E10) with each, the recorded limits, and (``baselines``) the baselines."""
+    (E1-E11) with each, the recorded limits, and (``baselines``) the baselines."""
     kinds = [("ci-sizer", "ci-sizer", core.POLICY_CI_SIZER)]
     if efficient:
         kinds.append(("efficient", "efficient", core.POLICY_EFFICIENT))
@@ -112,7 +113,7 @@ class Series:
 
 _STATS = ("cpu_peak", "cpu_p99", "cpu_p95", "cpu_p75", "cpu_p50", "cpu_avg")
 _LONG = ("clean", "present", "mem_peak", "mem_limit", "oom", "pod_peak", "ceiling")
-_DOUBLE = (*_STATS, "duration")
+_DOUBLE = (*_STATS, "duration", "seconds")  # seconds: E11's reading of the duration, -1 when unknown
 
 
 def series_of(
@@ -151,6 +152,7 @@ def series_of(
             c["duration"].append(
                 DEFAULT_DURATION if started is None else max(0.0, (r["finished_at"] - started).total_seconds())
             )
+            c["seconds"].append(run_seconds(started, r["finished_at"]))
             if row is None:
                 for k in _STATS:
                     c[k].append(0.0)
@@ -269,6 +271,7 @@ def recommend_before(
         i, clean, c["present"], c[f"cpu_{params.cpu_percentile}"], c["cpu_peak"], c["cpu_p95"], c["mem_peak"],
         c["mem_limit"], oom, c["pod_peak"], c["ceiling"][i], code, params.runs, params.buffer,
         params.memory_qos == "guaranteed", pins, max_backoff_memory, -1 if prior is None else prior[i],
+        c["seconds"],
     )  # fmt: skip
 
 
@@ -345,7 +348,7 @@ def run(
                 c["mem_limit"], oom, c["pod_peak"], c["ceiling"], c["duration"],
                 p.code, p.params.runs, p.params.buffer, p.params.memory_qos == "guaranteed",
                 pins if p.kind in ("ci-sizer", "efficient") else (-1, -1, -1, -1, 0, 0, 0, 0), max_backoff_memory,
-                prior,
+                prior, c["seconds"],
             )  # fmt: skip
             for f, v in enumerate(totals):
                 fleet[k][f] += v

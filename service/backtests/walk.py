@@ -5,7 +5,7 @@ issue asks for: a run the recommendation would have OOM-killed must run again, s
 (memory request x duration, CPU request x duration) counts as waste, not only ``request - use``.
 Each run's recommendation is the core's ``size_run`` before it, as in the core's walk.
 
-``add_efficient_columns`` gives a job's series what the efficient policy (E1-E10) reads beyond the
+``add_efficient_columns`` gives a job's series what the efficient policy (E1-E11) reads beyond the
 seed's columns: the runs told apart as killed / clean / near the limit (``clean_e``, ``oom_e``) and
 the org's first-run prior before each run (``prior``, rule E6), learned from the org's earlier runs
 in time order as the live service learns it from the runs ingested before.
@@ -41,6 +41,7 @@ def walk(
     pins: Sequence[int],
     backoff_ceiling: int = -1,
     prior: Sequence[int] | None = None,
+    seconds: Sequence[float] | None = None,
 ) -> tuple[int, int, int, int, float, float, float, float]:
     """Totals in ``core.BACKTEST_FIELDS`` order; a run at OOM risk counts its whole reservation as waste."""
     scored = oom_risk = cpu_scored = throttled = 0
@@ -50,7 +51,7 @@ def walk(
             continue
         s = core.size_run(
             i, clean, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak, ceiling[i],
-            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i],
+            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i], seconds,
         )  # fmt: skip
         d = duration[i]
         killed = False

@@ -593,6 +593,12 @@ EFFICIENT_MARGIN_PCT = 5
 EFFICIENT_LEARNING_MARGIN_PCT = 20
 #: rule E3: the margin with a single sample, when nothing is known of how the job's peaks vary
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
+#: rule E11: a confident job whose runs reserve little (its memory need x its runs' mean duration, in MiB-seconds)
+#: gets E3's learning margin below EFFICIENT_CHEAP_MIB_SECONDS, and its first-sample margin below
+#: EFFICIENT_CHEAPEST_MIB_SECONDS: where the headroom costs less than the kills it saves, a kill priced at the
+#: traces' mean run reservation (66 GiB-s), the kills saved from the traces' confident jumps (docs/sizing.md)
+EFFICIENT_CHEAP_MIB_SECONDS = 2466
+EFFICIENT_CHEAPEST_MIB_SECONDS = 192
 #: rule G8: the growth policy's confident memory need is this quantile of the analysed peaks, in quarters (p75)
 GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
@@ -718,12 +724,13 @@ def _efficient(
     prior: int,
     growth: bool = False,
     killed: int = -1,
+    seconds: Sequence[float] | None = None,
 ) -> tuple[int, int, int, int, float, int, bool]:
     """Rules E3-E10 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
     mem_observed, capped)``; ``analysed`` the window's samples (E2), the container present in each.
     ``growth``: rule G8, the confident memory need at the analysed peaks' p75 instead of their highest.
     ``killed``: rule E10, the highest limit a run of the window was killed at (-1: none), read when no
-    kill streak is running (``k == 0``)."""
+    kill streak is running (``k == 0``). ``seconds``: rule E11, each run's duration (negative: unknown)."""
     if samples == 0:
         cpu_request = cpu_limit = DEFAULT_CPU_MILLICORES  # E7: CPU as S7
         limit = DEFAULT_MEMORY_BYTES if prior < 0 else prior  # E6
@@ -745,6 +752,8 @@ def _efficient(
             margin = EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
         else:
             margin = EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else EFFICIENT_MARGIN_PCT
+            if samples > 2 and k == 0 and seconds is not None:
+                margin = _cheap_margin(need, analysed, seconds, margin)  # E11
         limit = _with_margin(need, margin)  # E3, E8
     capped = False
     if k > 0:  # E5: S14's doubling, the first-run prior's kill included; two kills in a row get at least the default
@@ -755,6 +764,25 @@ def _efficient(
         capped = True
     request = limit if guaranteed else min(request, limit)  # E9: S16 as the seed
     return cpu_request, cpu_limit, request, limit, cpu_observed, mem_observed, capped
+
+
+def _cheap_margin(need: int, analysed: list[int], seconds: Sequence[float], margin: int) -> int:
+    """Rule E11: the confident margin of a job whose runs reserve little. Its reservation is ``need`` x the
+    mean duration of the analysed runs that report one (none: ``margin``, E3's), compared in MiB-seconds."""
+    total = 0.0
+    known = 0
+    for j in analysed:
+        if seconds[j] >= 0.0:
+            total += seconds[j]
+            known += 1
+    if known == 0:
+        return margin
+    cost = float(need) * total  # need x mean duration x known, in byte-seconds
+    if cost < float(EFFICIENT_CHEAPEST_MIB_SECONDS * MIB * known):
+        return EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
+    if cost < float(EFFICIENT_CHEAP_MIB_SECONDS * MIB * known):
+        return EFFICIENT_LEARNING_MARGIN_PCT
+    return margin
 
 
 def _quarter_quantile(values: list[int]) -> int:
@@ -814,6 +842,7 @@ def size_run(
     pins: Sequence[int],
     backoff_ceiling: int = -1,
     prior: int = -1,
+    seconds: Sequence[float] | None = None,
 ) -> Sized:
     """The recommendation for one container before run ``i`` (0 <= i <= n), from runs ``0..i-1``.
 
@@ -824,12 +853,15 @@ def size_run(
     containers' peaks). ``ceiling`` the node ceiling or -1 (S15); ``backoff_ceiling`` as
     ``size_container``; ``pins`` the overrides' ``(cpu_request, cpu_limit, memory_request,
     memory_limit)`` then each one's scope rank (1 org .. 4 job; 0 = not pinned); ``prior`` the
-    org's first-run prior (``prior_read``) or -1, read by the efficient policy only.
+    org's first-run prior (``prior_read``) or -1, read by the efficient policy only; ``seconds`` each
+    run's duration in seconds (negative: unknown; None: none known), read by the efficient policy (E11).
     """
     n = len(clean)
     for column in (present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak):
         if len(column) != n:
             raise ValueError("the columns differ in length")
+    if seconds is not None and len(seconds) != n:
+        raise ValueError("the columns differ in length")
     if not 0 <= i <= n:
         raise ValueError(f"run index {i} outside 0..{n}")
     if runs < 1:
@@ -881,7 +913,7 @@ def size_run(
                 killed = max(killed, mem_limit[j], mem_peak[j])
         c_req, c_lim, m_req, m_lim, cpu_observed, mem_observed, capped = _efficient(
             analysed, present, cpu_stat, mem_peak, pod_peak, samples, k, streak_limit, ceiling, buffer_pct,
-            guaranteed, backoff_ceiling, prior, policy == POLICY_GROWTH, killed,
+            guaranteed, backoff_ceiling, prior, policy == POLICY_GROWTH, killed, seconds,
         )  # fmt: skip
     else:
         if phase == PHASE_UNKNOWN:
@@ -1042,6 +1074,7 @@ def backtest_walk(
     pins: Sequence[int],
     backoff_ceiling: int = -1,
     prior: Sequence[int] | None = None,
+    seconds: Sequence[float] | None = None,
 ) -> tuple[int, int, int, int, float, float, float, float]:
     """Totals over the runs where the container is present, in ``BACKTEST_FIELDS`` order:
     runs scored; runs whose memory peak exceeded the limit, or reached it in an OOM-suspect run
@@ -1051,11 +1084,12 @@ def backtest_walk(
     requests x duration (millicore-seconds, byte-seconds), to put the waste in proportion.
 
     Each run's recommendation is ``size_run`` before it. ``ceiling`` is the node ceiling in force
-    before each run, or -1; ``prior`` the org's first-run prior before each run (E6), or None.
+    before each run, or -1; ``prior`` the org's first-run prior before each run (E6), or None; ``seconds``
+    each run's duration as the live answer reads it (E11; negative: unknown), or None (``duration`` scores).
     """
     n = len(clean)
     columns = (present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration)
-    if any(len(c) != n for c in columns) or (prior is not None and len(prior) != n):
+    if any(len(c) != n for c in columns) or any(c is not None and len(c) != n for c in (prior, seconds)):
         raise ValueError("the columns differ in length")
     if runs < 1:
         raise ValueError("runs must be at least 1")
@@ -1066,7 +1100,7 @@ def backtest_walk(
             continue
         s = size_run(
             i, clean, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak, ceiling[i],
-            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i],
+            policy, runs, buffer_pct, guaranteed, pins, backoff_ceiling, -1 if prior is None else prior[i], seconds,
         )  # fmt: skip
         if s.memory_limit >= 0:
             scored += 1

@@ -886,6 +886,8 @@ cdef long long _EFFICIENT_MARGIN_PCT = 5
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
 cdef long long _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
+cdef long long _EFFICIENT_CHEAP_MIB_SECONDS = 2466
+cdef long long _EFFICIENT_CHEAPEST_MIB_SECONDS = 192
 cdef long long _PRIOR_MIN_JOBS = 2
 cdef long long _PRIOR_TWO_JOBS_MARGIN_PCT = 50
 cdef long long _GROWTH_QUANTILE_QUARTERS = 3
@@ -894,6 +896,8 @@ EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
 EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
+EFFICIENT_CHEAP_MIB_SECONDS = _EFFICIENT_CHEAP_MIB_SECONDS
+EFFICIENT_CHEAPEST_MIB_SECONDS = _EFFICIENT_CHEAPEST_MIB_SECONDS
 PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
 PRIOR_TWO_JOBS_MARGIN_PCT = _PRIOR_TWO_JOBS_MARGIN_PCT
 PRIOR_EMPTY = (0, -1)
@@ -926,6 +930,7 @@ cdef struct _Cols:
     const long long* lim
     const long long* oom
     const long long* pod
+    const double* sec  # E11: each run's duration (negative: unknown); NULL: none known
 
 
 cdef struct _Out:
@@ -1018,6 +1023,30 @@ cdef inline void _fixed(_Out* out, long long phase, long long cpu_req, long long
     out.k = 0
     out.factor = 1
     out.capped = False
+
+
+cdef long long _cheap_margin(
+    long long need, const _Cols* c, const long long* newest, Py_ssize_t count, long long margin
+) noexcept:
+    """Rule E11 (``_reference._cheap_margin``): the confident margin of a job whose runs reserve little."""
+    cdef double total = 0.0, cost
+    cdef long long known = 0
+    cdef Py_ssize_t a, j
+    if c.sec == NULL:
+        return margin
+    for a in range(count):
+        j = <Py_ssize_t>newest[a]
+        if c.present[j] and c.sec[j] >= 0.0:
+            total += c.sec[j]
+            known += 1
+    if known == 0:
+        return margin
+    cost = <double>need * total
+    if cost < <double>(_EFFICIENT_CHEAPEST_MIB_SECONDS * MIB * known):
+        return _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
+    if cost < <double>(_EFFICIENT_CHEAP_MIB_SECONDS * MIB * known):
+        return _EFFICIENT_LEARNING_MARGIN_PCT
+    return margin
 
 
 cdef inline Py_ssize_t _e2_window(Py_ssize_t runs, bint efficient) noexcept nogil:
@@ -1152,8 +1181,12 @@ cdef void _size_run(
                 request = 32 * MIB
             if samples == 1:
                 limit = _with_margin(need, _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT)
+            elif samples == 2:
+                limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT)
+            elif k == 0:  # E11: where the runs reserve little, the headroom costs less than the kills it saves
+                limit = _with_margin(need, _cheap_margin(need, c, newest, count, _EFFICIENT_MARGIN_PCT))
             else:
-                limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else _EFFICIENT_MARGIN_PCT)
+                limit = _with_margin(need, _EFFICIENT_MARGIN_PCT)
         if k > 0:
             floor_ = 4 * GIB if k >= 2 else 0  # E5: two kills in a row get at least the default
             limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)
@@ -1208,7 +1241,7 @@ cdef inline const double* _dptr(const double[::1] view) noexcept:
 cdef inline _Cols _columns(
     const long long[::1] clean, const long long[::1] present, const double[::1] stat, const double[::1] peak,
     const double[::1] p95, const long long[::1] mem, const long long[::1] lim, const long long[::1] oom,
-    const long long[::1] pod,
+    const long long[::1] pod, const double[::1] sec, bint has_sec,
 ) noexcept:
     """Pointers into one container's columns (the caller keeps the views alive and checked their lengths)."""
     cdef _Cols cols
@@ -1222,6 +1255,7 @@ cdef inline _Cols _columns(
     cols.lim = _lptr(lim)
     cols.oom = _lptr(oom)
     cols.pod = _lptr(pod)
+    cols.sec = _dptr(sec) if has_sec else NULL
     return cols
 
 
@@ -1235,7 +1269,7 @@ cdef object _sized(const _Out* out):
 def size_run(
     Py_ssize_t i, clean, present, cpu_stat, cpu_peak, cpu_p95, mem_peak, mem_limit, oom, pod_peak,
     long long ceiling, int policy, int runs, int buffer_pct, bint guaranteed, pins,
-    long long backoff_ceiling=-1, long long prior=-1,
+    long long backoff_ceiling=-1, long long prior=-1, seconds=None,
 ):
     """The recommendation for one container before run ``i`` (see ``_reference.size_run``)."""
     cdef const long long[::1] c_clean = _int64(clean)
@@ -1248,8 +1282,12 @@ def size_run(
     cdef const long long[::1] c_lim = _int64(mem_limit)
     cdef const long long[::1] c_oom = _int64(oom)
     cdef const long long[::1] c_pod = _int64(pod_peak)
+    cdef bint has_sec = seconds is not None
+    cdef const double[::1] c_sec = _double_col(seconds if has_sec else ())
     if (c_present.shape[0] != n or c_stat.shape[0] != n or c_peak.shape[0] != n or c_p95.shape[0] != n
             or c_mem.shape[0] != n or c_lim.shape[0] != n or c_oom.shape[0] != n or c_pod.shape[0] != n):
+        raise ValueError("the columns differ in length")
+    if has_sec and c_sec.shape[0] != n:
         raise ValueError("the columns differ in length")
     if not 0 <= i <= n:
         raise ValueError(f"run index {i} outside 0..{n}")
@@ -1277,7 +1315,7 @@ def size_run(
     win_buf = array("d", bytes(8 * size))
     cdef long long[::1] newest = newest_buf
     cdef double[::1] win = win_buf
-    cdef _Cols cols = _columns(c_clean, c_present, c_stat, c_peak, c_p95, c_mem, c_lim, c_oom, c_pod)
+    cdef _Cols cols = _columns(c_clean, c_present, c_stat, c_peak, c_p95, c_mem, c_lim, c_oom, c_pod, c_sec, has_sec)
     _size_run(
         i, &cols, ceiling, policy, runs, buffer_pct, guaranteed, pin, backoff_ceiling, prior,
         &newest[0], &win[0], &out,
@@ -1416,6 +1454,7 @@ BACKTEST_FIELDS = (
 def backtest_walk(
     clean, present, cpu_stat, cpu_peak, cpu_p95, cpu_avg, mem_peak, mem_limit, oom, pod_peak, ceiling, duration,
     int policy, int runs, int buffer_pct, bint guaranteed, pins, long long backoff_ceiling=-1, prior=None,
+    seconds=None,
 ):
     """One container's history walked in time order, ``size_run`` before each run (see
     ``_reference.backtest_walk``)."""
@@ -1433,6 +1472,10 @@ def backtest_walk(
     cdef const long long[::1] c_ceil = _int64(ceiling)
     cdef const double[::1] c_dur = _double_col(duration)
     cdef const long long[::1] c_prior = _int64(prior if prior is not None else array("q", bytes(8 * n)))
+    cdef bint has_sec = seconds is not None
+    cdef const double[::1] c_sec = _double_col(seconds if has_sec else ())
+    if has_sec and c_sec.shape[0] != n:
+        raise ValueError("the columns differ in length")
     if (c_present.shape[0] != n or c_stat.shape[0] != n or c_peak.shape[0] != n or c_p95.shape[0] != n
             or c_avg.shape[0] != n or c_mem.shape[0] != n or c_lim.shape[0] != n or c_oom.shape[0] != n
             or c_pod.shape[0] != n or c_ceil.shape[0] != n or c_dur.shape[0] != n or c_prior.shape[0] != n):
@@ -1450,7 +1493,7 @@ def backtest_walk(
     win_buf = array("d", bytes(8 * size))
     cdef long long[::1] newest = newest_buf
     cdef double[::1] win = win_buf
-    cdef _Cols cols = _columns(c_clean, c_present, c_stat, c_peak, c_p95, c_mem, c_lim, c_oom, c_pod)
+    cdef _Cols cols = _columns(c_clean, c_present, c_stat, c_peak, c_p95, c_mem, c_lim, c_oom, c_pod, c_sec, has_sec)
     cdef _Out out
     cdef Py_ssize_t i
     cdef long long scored = 0, oom_risk = 0, cpu_scored = 0, throttled = 0

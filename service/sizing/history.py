@@ -4,6 +4,7 @@ newest node memory, read with a few index range scans on a bare connection."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import bindparam, func, select, tuple_
@@ -23,12 +24,19 @@ class HistoryRun:
     pod_memory_peak_bytes: int | None
     #: rows with RunContainer's stats columns, by container name
     containers: dict[str, Any] = field(default_factory=dict)
+    #: how long the run took, in seconds (rule E11), or -1 when it was posted without ``started_at``
+    seconds: float = -1.0
 
     def pod_memory(self) -> int:
         """Rule S11: the reported pod peak, else the sum of the containers' peaks."""
         if self.pod_memory_peak_bytes is not None:
             return self.pod_memory_peak_bytes
         return sum(c.memory_peak_bytes for c in self.containers.values())
+
+
+def run_seconds(started_at: datetime | None, finished_at: datetime) -> float:
+    """A run's duration as the efficient policy reads it (rule E11): -1 when it reported no start."""
+    return -1.0 if started_at is None else max(0.0, (finished_at - started_at).total_seconds())
 
 
 @dataclass
@@ -88,6 +96,8 @@ _WINDOW_COLUMNS = (
     _runs.c.id,
     _runs.c.clean,
     _runs.c.pod_memory_peak_bytes,
+    _runs.c.started_at,  # rule E11: the run's duration
+    _runs.c.finished_at,
     _containers.c.name,
     _containers.c.cpu_peak,
     _containers.c.cpu_p99,
@@ -138,7 +148,12 @@ async def load_history(
     current: HistoryRun | None = None
     for row in rows:
         if current is None or current.id != row.id:
-            current = HistoryRun(id=row.id, clean=row.clean, pod_memory_peak_bytes=row.pod_memory_peak_bytes)
+            current = HistoryRun(
+                id=row.id,
+                clean=row.clean,
+                pod_memory_peak_bytes=row.pod_memory_peak_bytes,
+                seconds=run_seconds(row.started_at, row.finished_at),
+            )
             history.window.append(current)
         current.containers[row.name] = row
     return job_id, history

@@ -25,7 +25,7 @@ import orjson
 from service.keys import ScopeKey
 from service.observability.metrics import SIZE_JOB_DURATION
 from service.overrides.service import PinRow, is_expired
-from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun
+from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun, run_seconds
 from service.sizing.params import SizingParams
 from service.sizing.service import Policy, Recommendation, choose, compute
 from service.sizing.state import StateRepair
@@ -63,12 +63,12 @@ o AS (
         OR (ov.repo = $2 AND ov.workflow = $3 AND ov.job = $4))
 )
 SELECT o.pins, j.id AS job_id, j.stale, j.clean_samples, j.node_memory_bytes,
-    w.id, w.clean, w.pod_memory_peak_bytes, w.name, w.cpu_peak, w.cpu_p99, w.cpu_p95, w.cpu_p75,
+    w.id, w.clean, w.pod_memory_peak_bytes, w.started_at, w.finished_at, w.name, w.cpu_peak, w.cpu_p99, w.cpu_p95, w.cpu_p75,
     w.cpu_p50, w.cpu_avg, w.memory_peak_bytes, w.memory_limit_bytes, w.oom_suspect
 FROM o
 LEFT JOIN j ON true
 LEFT JOIN LATERAL (
-    SELECT r.id, r.clean, r.pod_memory_peak_bytes, r.finished_at, c.position, c.name, c.cpu_peak,
+    SELECT r.id, r.clean, r.pod_memory_peak_bytes, r.started_at, r.finished_at, c.position, c.name, c.cpu_peak,
         c.cpu_p99, c.cpu_p95, c.cpu_p75, c.cpu_p50, c.cpu_avg, c.memory_peak_bytes,
         c.memory_limit_bytes, c.oom_suspect
     FROM runs r JOIN run_containers c ON c.run_pk = r.id
@@ -114,7 +114,12 @@ def history_of(rows: list[Any], *, need_node_memory: bool) -> tuple[int | None, 
         if run_id is None:
             continue
         if current is None or current.id != run_id:
-            current = HistoryRun(id=run_id, clean=row["clean"], pod_memory_peak_bytes=row["pod_memory_peak_bytes"])
+            current = HistoryRun(
+                id=run_id,
+                clean=row["clean"],
+                pod_memory_peak_bytes=row["pod_memory_peak_bytes"],
+                seconds=run_seconds(row["started_at"], row["finished_at"]),
+            )
             history.window.append(current)
         current.containers[row["name"]] = row  # an asyncpg Record: stats by attribute below
     for run in history.window:

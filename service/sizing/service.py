@@ -187,6 +187,7 @@ def compute(
     pinned = pins8(pins)
     memory_pinned = pinned[6] > 0 or pinned[7] > 0  # rule G1: a pinned memory value never grows
     pod = [r.pod_memory() for r in runs]
+    seconds = [r.seconds for r in runs]
     cpu_pinned = any(o.cpu_request_millicores is not None or o.cpu_limit_millicores is not None for o in pins.values())
     enforced = policy.cpu_sizing_mode == "enforce" or cpu_pinned  # rule S17
     phase: Phase = "unknown"
@@ -215,6 +216,7 @@ def compute(
             pinned,
             policy.max_backoff_memory,
             prior,
+            seconds,  # rule E11
         )
         phase = _PHASES[s.phase]
         peaks.append(-1 if memory_pinned else core.window_peak(n, clean, present, mem_peak, code, params.runs))

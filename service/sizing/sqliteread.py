@@ -37,7 +37,7 @@ from service.keys import ScopeKey
 from service.overrides.service import _APPLICABLE, PinRow, is_expired
 from service.sizing import history as history_module
 from service.sizing import priors
-from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun
+from service.sizing.history import _PHASE_SAMPLES, History, HistoryRun, run_seconds
 from service.sizing.params import SizingParams
 from service.sizing.service import Policy, Recommendation, choose, reads_samples, recommendation, window_runs
 from service.wire import utcnow
@@ -148,7 +148,12 @@ def history_of(summary: tuple[Any, ...] | None, window: list[tuple[Any, ...]], *
     current: HistoryRun | None = None
     for row in _WINDOW_SQL.convert(window):
         if current is None or current.id != row.id:
-            current = HistoryRun(id=row.id, clean=row.clean, pod_memory_peak_bytes=row.pod_memory_peak_bytes)
+            current = HistoryRun(
+                id=row.id,
+                clean=row.clean,
+                pod_memory_peak_bytes=row.pod_memory_peak_bytes,
+                seconds=run_seconds(row.started_at, row.finished_at),
+            )
             history.window.append(current)
         current.containers[row.name] = row
     return history

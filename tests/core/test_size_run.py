@@ -1,6 +1,6 @@
 """``size_run``: the one home of the sizing policy, per run, on both core backends.
 
-- the efficient policy's rules (E1-E10, docs/sizing.md) worked out by hand;
+- the efficient policy's rules (E1-E11, docs/sizing.md) worked out by hand;
 - the compiled backend gives the reference's answers (hypothesis), for every policy code;
 - ``backtest_walk`` scores exactly what ``size_run`` recommends before each run;
 - at ``i == n``, ``size_run`` gives what the live ``compute()`` answers for the same history,
@@ -61,14 +61,41 @@ def job(
 def size(
     core: ModuleType, h: dict[str, list[Any]], policy: int = EFFICIENT, *, i: int | None = None, runs: int = 5,
     buffer: int = 20, guaranteed: bool = True, prior: int = -1, ceiling: int = -1, pins: tuple[int, ...] = NO_PINS,
+    seconds: list[float] | None = None,
 ) -> Any:  # fmt: skip
     n = len(h["clean"])
     return core.size_run(
-        n if i is None else i, *h.values(), ceiling, policy, runs, buffer, guaranteed, pins, 64 * GIB, prior
+        n if i is None else i, *h.values(), ceiling, policy, runs, buffer, guaranteed, pins, 64 * GIB, prior, seconds
     )
 
 
 # --------------------------------------------------------------------------- efficient, by hand
+
+
+def test_e11_margin_where_the_runs_reserve_little(core: ModuleType) -> None:
+    # rule E11: a confident job's margin follows what its runs reserve (need x mean duration), in MiB-seconds
+    mem = [90 * MIB, 100 * MIB, 95 * MIB]
+    # 100Mi for 1 s: 100 MiB-s, under EFFICIENT_CHEAPEST_MIB_SECONDS (192) -> E3's first-sample 50 %
+    assert size(core, job(mem), seconds=[1.0, 1.0, 1.0]).memory_limit == 150 * MIB
+    # 100Mi for 10 s: 1,000 MiB-s, under EFFICIENT_CHEAP_MIB_SECONDS (2,466) -> E3's learning 20 %
+    assert size(core, job(mem), seconds=[5.0, 10.0, 15.0]).memory_limit == 120 * MIB
+    # 100Mi for 30 s: 3,000 MiB-s, dear -> E3's 5 %; the same without durations, or with none known
+    assert size(core, job(mem), seconds=[30.0, 30.0, 30.0]).memory_limit == 105 * MIB
+    assert size(core, job(mem)).memory_limit == 105 * MIB
+    assert size(core, job(mem), seconds=[-1.0, -1.0, -1.0]).memory_limit == 105 * MIB
+    # an unknown duration is left out of the mean: 1 s known -> cheapest
+    assert size(core, job(mem), seconds=[-1.0, 1.0, -1.0]).memory_limit == 150 * MIB
+    # the mean is over the analysed samples only: a long killed run does not make the job dear
+    killed = job([90 * MIB, 100 * MIB, 95 * MIB, 80 * MIB, 70 * MIB], clean=[CLEAN, CLEAN, CLEAN, KILLED, CLEAN],
+                 oom=[0, 0, 0, 2, 0], limit=[-1, -1, -1, 60 * MIB, -1])  # fmt: skip
+    assert size(core, killed, seconds=[1.0, 1.0, 1.0, 9000.0, 1.0]).memory_limit == 150 * MIB
+    # learning keeps E3's margins whatever the durations (one sample 50 %, two 20 %)
+    assert size(core, job(mem[:2]), seconds=[1.0, 1.0]).memory_limit == 120 * MIB
+    # E5 speaks while a kill streak runs: the step is from E3's 5 % limit, as without durations
+    streak = job([*mem, 50 * MIB], clean=[CLEAN, CLEAN, CLEAN, KILLED], oom=[0, 0, 0, 2], limit=[-1, -1, -1, 60 * MIB])
+    assert size(core, streak, seconds=[1.0] * 4).memory_limit == size(core, streak).memory_limit
+    # the seed policy reads no durations
+    assert size(core, job(mem), CI, seconds=[1.0] * 3) == size(core, job(mem), CI)
 
 
 def test_e3_e8_margin_over_the_highest_peak(core: ModuleType) -> None:
@@ -249,6 +276,9 @@ def columns(draw: st.DrawFn) -> dict[str, list[Any]]:
     }
 
 
+#: rule E11's durations: unknown (-1), short enough for the cheap margins at the drawn peaks, or any
+_SECONDS = st.one_of(st.just(-1.0), st.floats(0, 4, allow_nan=False), st.floats(0, 20000, allow_nan=False))
+
 _PINS = st.tuples(*(st.integers(-1, 8 * GIB) for _ in range(4)), *(st.integers(0, 4) for _ in range(4))).map(
     lambda p: tuple(v if p[4 + f] > 0 else -1 for f, v in enumerate(p[:4])) + p[4:]
 )
@@ -268,8 +298,10 @@ def test_size_run_backends_agree(
 ) -> None:  # fmt: skip
     cy = compiled()
     assert cy is not None
-    i = data.draw(st.integers(0, len(h["clean"])))
-    args = (i, *h.values(), ceiling, policy, runs, buffer, guaranteed, pins, backoff, prior)
+    n = len(h["clean"])
+    i = data.draw(st.integers(0, n))
+    seconds = data.draw(st.one_of(st.none(), st.lists(_SECONDS, min_size=n, max_size=n)))  # rule E11
+    args = (i, *h.values(), ceiling, policy, runs, buffer, guaranteed, pins, backoff, prior, seconds)
     assert tuple(cy.size_run(*args)) == tuple(REF.size_run(*args))
     assert cy.analysed_runs(i, h["clean"], policy, runs) == REF.analysed_runs(i, h["clean"], policy, runs)
 
@@ -296,7 +328,8 @@ def test_constants_agree() -> None:
     for name in (
         "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
         "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_FIRST_SAMPLE_MARGIN_PCT",
-        "EFFICIENT_MIN_WINDOW", "PRIOR_MIN_JOBS", "PRIOR_TWO_JOBS_MARGIN_PCT",
+        "EFFICIENT_MIN_WINDOW", "EFFICIENT_CHEAP_MIB_SECONDS", "EFFICIENT_CHEAPEST_MIB_SECONDS", "PRIOR_MIN_JOBS",
+        "PRIOR_TWO_JOBS_MARGIN_PCT",
         "PRIOR_EMPTY", "SIZED_FIELDS",
     ):  # fmt: skip
         assert getattr(cy, name) == getattr(REF, name), name
@@ -324,15 +357,16 @@ def test_backtest_walk_scores_size_run(
     ceiling = [-1 if k % 3 else 2 * GIB for k in range(n)]
     duration = [60.0 + k for k in range(n)]
     prior = [256 * MIB * (k % 2) - (k % 2 == 0) for k in range(n)]
+    seconds = [-1.0 if k % 4 == 3 else k / 8 for k in range(n)]  # rule E11 reads them, unknown ones included
     got = core.backtest_walk(
         h["clean"], h["present"], h["cpu_stat"], h["cpu_peak"], h["cpu_p95"], avg, h["mem_peak"], h["mem_limit"],
-        h["oom"], h["pod_peak"], ceiling, duration, policy, runs, 20, guaranteed, pins, 64 * GIB, prior,
+        h["oom"], h["pod_peak"], ceiling, duration, policy, runs, 20, guaranteed, pins, 64 * GIB, prior, seconds,
     )  # fmt: skip
     want = [0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0]
     for i in range(n):
         if not h["present"][i]:
             continue
-        s = core.size_run(i, *h.values(), ceiling[i], policy, runs, 20, guaranteed, pins, 64 * GIB, prior[i])
+        s = core.size_run(i, *h.values(), ceiling[i], policy, runs, 20, guaranteed, pins, 64 * GIB, prior[i], seconds)
         if s.memory_limit >= 0:
             want[0] += 1
             want[1] += h["mem_peak"][i] > s.memory_limit or (h["oom"][i] != 0 and h["mem_peak"][i] >= s.memory_limit)

@@ -5,8 +5,8 @@ Random histories go through the real API (ingest, overrides, sizing) on SQLite a
 backtest side reads the same runs back through the backtest service's own loader and pin resolution
 and asks the core for its recommendation before each run (``backtest.recommend_before``, the call
 ``backtest_walk`` scores). Both cores run it through the ``CI_SIZER_PURE_PYTHON`` pass of CI.
-Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E10,
-the first-run prior (E6) across jobs and the window of 20 samples (E2) included; the growth policy (G8)
+Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E11,
+the first-run prior (E6) across jobs, the window of 20 samples (E2) and the runs' durations (E11) included; the growth policy (G8)
 and the grow block (G1-G5, issue 40), with runs that grew (G6) or were killed too late (G7).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -28,7 +29,7 @@ from service.keys import ScopeKey
 from service.main import create_app
 from service.settings import Settings
 
-from ..helpers import GIB, MIB, container, examples, run, sizing_path
+from ..helpers import GIB, MIB, T0, container, examples, run, sizing_path
 
 SCOPES = ("org", "repo", "workflow", "job")
 CODES = {"seed": core.POLICY_CI_SIZER, "efficient": core.POLICY_EFFICIENT, "growth": core.POLICY_GROWTH}
@@ -55,6 +56,10 @@ def a_run(draw: st.DrawFn) -> dict[str, Any]:
     r: dict[str, Any] = {"containers": [draw(a_container(n)) for n in names]}
     if draw(st.integers(0, 3)) == 0:
         r["node_memory_bytes"] = draw(st.sampled_from([4 * GIB, 8 * GIB, 16 * GIB]))
+    # rule E11 reads each run's duration: none (no started_at), short enough for its cheap margins, or long
+    seconds = draw(st.sampled_from([None, None, 1, 2, 10, 30, 600]))
+    if seconds is not None:
+        r["seconds"] = seconds
     return r
 
 
@@ -105,7 +110,7 @@ async def _scenario(
                 got = await client.get(sizing_path(job), params=params)
                 assert got.status_code == 200, got.text
                 answers.append(got.json())
-                posted = await client.post("/api/v1/runs", json=run(n, *r["containers"], job=job, **_extra(r)))
+                posted = await client.post("/api/v1/runs", json=run(n, *r["containers"], job=job, **_extra(r, n)))
                 assert posted.status_code == 201, posted.text
     engine = build_engine(db_url)
     try:
@@ -148,8 +153,12 @@ async def _scenario(
         assert answer["meta"]["policy"] == policy
 
 
-def _extra(r: dict[str, Any]) -> dict[str, Any]:
-    return {"node_memory_bytes": r["node_memory_bytes"]} if "node_memory_bytes" in r else {}
+def _extra(r: dict[str, Any], n: int) -> dict[str, Any]:
+    extra: dict[str, Any] = {"node_memory_bytes": r["node_memory_bytes"]} if "node_memory_bytes" in r else {}
+    if "seconds" in r:  # rule E11: started that long before it finished (helpers.run: n minutes after T0)
+        started = T0 + timedelta(minutes=n) - timedelta(seconds=r["seconds"])
+        extra["started_at"] = started.isoformat().replace("+00:00", "Z")
+    return extra
 
 
 @settings(

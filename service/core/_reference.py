@@ -574,8 +574,8 @@ POLICY_FIXED = 1  # 500m / 4Gi, request = limit
 POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU limit; memory max + 15%
 POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
 POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
-POLICY_EFFICIENT = 5  # rules E1-E10 (docs/sizing.md), then the pins
-POLICY_GROWTH = 6  # rule G8: E1-E10 with the memory limit at a typical peak (growth covers the rest), then the pins
+POLICY_EFFICIENT = 5  # rules E1-E11 (docs/sizing.md), then the pins
+POLICY_GROWTH = 6  # rule G8: E1-E11 with the memory limit at a typical peak (growth covers the rest), then the pins
 
 #: ``clean`` column: the run is clean (rule S2); OOM-suspect only by S1's 95 % clause (no container
 #: was killed); otherwise (a container was killed or reported OOM). Booleans read as CLEAN / KILLED.

@@ -223,13 +223,12 @@ async def test_retention_deletes_more_runs_than_one_statement_can_name(make_clie
         assert (await sizing(client, runs=100))["meta"]["clean_samples"] == 5
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # the change feed is PostgreSQL's LISTEN/NOTIFY
 async def test_a_pruned_job_is_announced_after_the_commit_not_in_its_transaction(make_client: Any, db_url: str) -> None:
     # issue 38: a pg_notify in the pruning transaction took the cluster's one notification lock at its
     # commit, behind (and ahead of) every other notifying commit on the cluster; the worker's Notifier
     # announces the pruned job after the commit instead, as it does the build path's runs ("jobs", never
     # the in-transaction "changed")
-    if not db_url.startswith("postgresql"):
-        pytest.skip("the change feed is PostgreSQL's LISTEN/NOTIFY")
     heard: list[str] = []
     listener = await asyncpg.connect(make_url(db_url).set(drivername="postgresql").render_as_string(False))
     await listener.add_listener("ci_sizer_changes", lambda *args: heard.append(args[3]))
@@ -264,13 +263,12 @@ async def test_a_pruned_job_is_announced_after_the_commit_not_in_its_transaction
         await listener.close()
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # PostgreSQL's statement timeout, pg_stat_activity
 async def test_a_retention_pass_that_times_out_logs_what_the_database_waited_on(
     make_client: Any, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     # the 40,002-run test above saw a pass wait out its statement timeout in whole-suite runs, and the
     # log said only "TimeoutError": now it says what the sessions were doing (a lock holder here)
-    if not db_url.startswith("postgresql"):
-        pytest.skip("PostgreSQL's statement timeout and pg_stat_activity")
     async with make_client(
         retention_runs=1, retention_interval_seconds=3600, database_statement_timeout_seconds=1
     ) as client:

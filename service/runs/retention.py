@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from service import changes
 from service.cache import AnswerCache
-from service.db import is_timeout, log_waits, unit_of_work
+from service.db import unit_of_work
+from service.dbwaits import is_timeout, log_waits
 from service.keys import ScopeKey
 from service.observability.metrics import DATABASE_ERRORS, RETENTION_BACKLOG, RETENTION_PRUNED
 from service.sizing import state as job_state

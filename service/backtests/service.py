@@ -144,15 +144,13 @@ def series_of(
             pod = r["pod_memory_peak_bytes"]
             if pod is None:
                 pod = sum(x["memory_peak_bytes"] for x in r["containers"].values())
-            started = r["started_at"]
+            seconds = run_seconds(r["started_at"], r["finished_at"])  # -1 without started_at
             c["clean"].append(int(r["clean"]))
             c["present"].append(int(row is not None))
             c["pod_peak"].append(pod)
             c["ceiling"].append(ceiling)
-            c["duration"].append(
-                DEFAULT_DURATION if started is None else max(0.0, (r["finished_at"] - started).total_seconds())
-            )
-            c["seconds"].append(run_seconds(started, r["finished_at"]))
+            c["duration"].append(DEFAULT_DURATION if seconds < 0 else seconds)
+            c["seconds"].append(seconds)
             if row is None:
                 for k in _STATS:
                     c[k].append(0.0)

@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import http.client
 import re
-import shutil
 import subprocess
 import time
 from collections import Counter
@@ -48,6 +47,7 @@ import asyncpg  # type: ignore[import-untyped]
 from bench import _load
 from bench.mixed import run_body
 from tests.live import LiveServer
+from tests.pg import find_pg_bin
 
 STATEMENTS = """
 SELECT s.queryid, s.calls, s.rows, s.wal_records, s.wal_fpi, s.wal_bytes::bigint AS wal_bytes,
@@ -58,22 +58,13 @@ WHERE d.datname = $1
 """
 
 
-def waldump_binary() -> str | None:
-    found = shutil.which("pg_waldump")
-    if found:
-        return found
-    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_waldump"), reverse=True):
-        return str(candidate)
-    return None
-
-
 _RECORD = re.compile(r"^rmgr: (\S+)\s+len \(rec/tot\):\s+(\d+)/\s*(\d+), tx:.*?desc: (\S+)(.*)$")
 _BLOCK = re.compile(r"blkref #\d+: rel \d+/\d+/(\d+)(?: fork \w+)? blk \d+( FPW)?")
 
 
 def waldump(waldir: str, start: str, end: str, names: dict[int, str]) -> dict[str, Any]:
     """The WAL between two LSNs: records, FPIs and bytes by record type and by table, commits."""
-    binary = waldump_binary()
+    binary = find_pg_bin("pg_waldump")
     assert binary is not None, "pg_waldump not found"
     done = subprocess.run([binary, "-p", waldir, "-s", start, "-e", end], capture_output=True, text=True, check=False)
     if done.returncode != 0 and start != end:  # (a segment already recycled: a checkpoint in the phase)

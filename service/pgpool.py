@@ -150,24 +150,26 @@ class Pool:
         if slot is not None:
             self._forget(slot)
         try:
-            remaining = max(0.001, deadline - time.monotonic())
-            conn = await asyncpg.connect(self.dsn, timeout=remaining, **self._connect_kwargs)
+            conn = await self._connect(deadline)
         except BaseException as exc:
             self._free.put_nowait(None)  # the slot stays, empty
             if isinstance(exc, TimeoutError):
                 raise PoolTimeout(f"could not open a database connection within {budget:g}s") from None
             raise
+        self._open.add(conn)
+        return conn
+
+    async def _connect(self, deadline: float) -> Any:
+        """A new connection with ``init`` run on it, both by ``deadline``; closed again if ``init`` fails."""
+        remaining = max(0.001, deadline - time.monotonic())
+        conn = await asyncpg.connect(self.dsn, timeout=remaining, **self._connect_kwargs)
         if self._init is not None:
             try:
                 async with asyncio.timeout(max(0.001, deadline - time.monotonic())):
                     await self._init(conn)
-            except BaseException as exc:
+            except BaseException:
                 conn.terminate()
-                self._free.put_nowait(None)
-                if isinstance(exc, TimeoutError):
-                    raise PoolTimeout(f"could not open a database connection within {budget:g}s") from None
                 raise
-        self._open.add(conn)
         return conn
 
     def _put(self, conn: Any, exc: BaseException | None) -> None:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -122,6 +122,25 @@ def _items(url: str, **params: Any) -> list[dict[str, Any]]:
             return items
 
 
+A = TypeVar("A")
+P = TypeVar("P")
+
+
+def _page_between_api_reads(
+    read_api: Callable[[], A], read_page: Callable[[], P], same: Callable[[A], object] = lambda a: a
+) -> tuple[P, A]:
+    """What the page shows and what the API says, with no summaries' pass between them: the summaries' pass
+    may land between the page's read and the API's (a CI run under load met it), so the API is read before
+    and after the page, and both are read again (up to three times) when the two API reads differ."""
+    for _ in range(3):
+        before = read_api()
+        page = read_page()
+        after = read_api()
+        if same(after) == same(before):
+            break
+    return page, after
+
+
 def _item(url: str, key: tuple[str, str, str, str]) -> dict[str, Any]:
     org, repo, workflow, job = key
     (found,) = [i for i in _items(url, org=org, repo=repo, workflow=workflow) if i["job"] == job]
@@ -220,22 +239,16 @@ def test_money_in_the_fleet_totals_groups_and_rows_is_the_api_s(driver: WebDrive
             {repo: _totals(server, org="initech", repo=repo)["saved_money"]["per_day"] for repo in repos},
         )
 
-    # a summary refreshed between the page's read and the API's (the pass may land there, as in
-    # test_each_fleet_row_says_when_it_was_computed; a CI run under load met it): read the API before and
-    # after the page, and look again when the two differ
-    for _ in range(3):
-        before = api_reads()
+    def page_reads() -> tuple[str, str, list[str | None], dict[str, str]]:
         open_page(driver, server, SECRETS["admin"], "#fleet?org=initech&sort=money")
-        shown_day = by(driver, "[data-total=money_day]").text
-        shown_month = by(driver, "[data-total=money_month]").text
-        rows = [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tbody tr[data-job]")]
         groups = {
             (g.get_attribute("data-group") or "").split("/", 1)[1]: by(g, "[data-money=day]").text
             for g in all_of(driver, "[data-testid=by-repo] tbody tr")
         }
-        totals, items, by_repo = api_reads()
-        if (totals, items, by_repo) == before:
-            break
+        rows = [r.get_attribute("data-job") for r in all_of(driver, "#jobs-fragment tbody tr[data-job]")]
+        return by(driver, "[data-total=money_day]").text, by(driver, "[data-total=money_month]").text, rows, groups
+
+    (shown_day, shown_month, rows, groups), (totals, items, by_repo) = _page_between_api_reads(api_reads, page_reads)
     assert shown_day == _money(totals["saved_money"]["per_day"])
     assert shown_month == _money(totals["saved_money"]["per_month"])
     assert rows == [i["job"] for i in items]
@@ -573,14 +586,12 @@ def test_the_backtest_counts_runs_and_shares_one_denominator(
 
 def test_each_fleet_row_says_when_it_was_computed(driver: WebDriver, server: str) -> None:
     open_page(driver, server, SECRETS["read"])
-    # the summaries' pass runs every 30 s and may land between the page's read and the API's: read the API
-    # before and after the page, and look again when the two differ
-    for _ in range(3):
-        before = _items(server, org="acme", sort="name")
-        rows = filter_jobs(driver, org="acme", sort="name")
-        items = _items(server, org="acme", sort="name")
-        if [i["summarised_at"] for i in before] == [i["summarised_at"] for i in items]:
-            break
+    # the summaries' pass runs every 30 s and may land between the page's read and the API's
+    rows, items = _page_between_api_reads(
+        lambda: _items(server, org="acme", sort="name"),
+        lambda: filter_jobs(driver, org="acme", sort="name"),
+        same=lambda items: [i["summarised_at"] for i in items],
+    )
     assert [r.get_attribute("data-job") for r in rows] == [i["job"] for i in items]
     for row, item in zip(rows, items, strict=True):
         cell = by(row, "[data-testid=as-of]")
@@ -651,13 +662,12 @@ def test_the_job_page_says_what_the_job_runs_with_and_saves(
         (r for r in fleet.runs if (r["org"], r["repo"], r["workflow"], r["job"]) == key), key=lambda r: r["finished_at"]
     )
     limit = newest["containers"][0]["memory_limit_bytes"]
-    for _ in range(3):  # the API read before and after the page, as in the money test above
-        before = _item(server, key)
+
+    def saving_shown() -> str:
         open_page(driver, server, SECRETS["read"], "#job/" + _path(key), "[data-testid=today]")
-        saving = by(driver, "[data-testid=saving]").text
-        item = _item(server, key)
-        if item == before:
-            break
+        return by(driver, "[data-testid=saving]").text
+
+    saving, item = _page_between_api_reads(lambda: _item(server, key), saving_shown)
     assert (
         by(driver, "[data-testid=runs-with]").text
         == f"memory limit {limit // GIB}Gi, CPU request {newest['containers'][0]['cpu_request_millicores'] // 1000}"

@@ -31,7 +31,7 @@ from service.db import (
     is_local_postgres,
     learn_types,
 )
-from service.errors import HeadersTooLarge, install_error_handlers, problem_responses
+from service.errors import install_error_handlers
 from service.gate import Gate
 from service.health import check_database
 from service.jobs.money import Prices
@@ -42,7 +42,7 @@ from service.observability.metrics import set_build_info, use_sizing_deadline
 from service.observability.middleware import Observability
 from service.paths import RawPathSegments
 from service.pgpool import Pool
-from service.routers import api_router
+from service.routers import APP_RESPONSES, app_routes
 from service.runs import bodies
 from service.runs.fastpath import FastRuns
 from service.runs.retention import Pruner
@@ -52,7 +52,6 @@ from service.sizing import ceilings, pgread, sqliteread
 from service.sizing.fastpath import CachedSizing
 from service.sizing.service import Policy
 from service.sizing.state import StateRepair
-from service.ui.routes import router as ui_router
 
 log = logging.getLogger("ci_sizer")
 
@@ -209,7 +208,7 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         description="Right-sizes Kubernetes requests and limits for CI jobs from the runs they actually made.",
         lifespan=lifespan,
         # every operation: the connection answers 431 before routing (service/connections.py)
-        responses=problem_responses(HeadersTooLarge),
+        responses=APP_RESPONSES,
     )
     app.state.settings = settings
     app.state.tokens = tokens
@@ -227,8 +226,7 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         settings.sizing_cache_entries, ttl_seconds=settings.sizing_cache_ttl_seconds if shared_sqlite else None
     )
     install_error_handlers(app)
-    app.include_router(api_router)
-    app.include_router(ui_router)
+    app.router.routes.extend(app_routes())  # built once per process (service/routers.py)
     # path segments rebuilt first, then metrics and logs (they see 413s too), then the build path
     inner = functools.partial(FastAPI.__call__, app)
     sizing = CachedSizing(inner, cache=app.state.answers, tokens=tokens, state=app.state)

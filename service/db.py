@@ -99,7 +99,8 @@ async def learn_types(conn: Any) -> None:
     await conn.prepare(ARRAY_TYPES)
 
 
-#: Connections in an engine's pool (PostgreSQL; no overflow beyond it).
+#: Connections in an engine's pool (PostgreSQL; no overflow beyond it); the service's own engines take
+#: ``Settings.database_pool_size`` instead.
 POOL_SIZE = 8
 
 #: How long to wait for access to the database (a connection, a pooled connection, SQLite's lock).

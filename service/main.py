@@ -24,7 +24,6 @@ from service.cache import AnswerCache
 from service.changes import ChangeFeed, Notifier
 from service.connections import Bounds
 from service.db import (
-    POOL_SIZE,
     SESSION_SETTINGS,
     build_engine,
     build_sessionmaker,
@@ -82,7 +81,8 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         check_exposure(settings, tokens)
         connect, statement = settings.database_connect_timeout_seconds, settings.database_statement_timeout_seconds
-        engine = build_engine(settings.database_url, connect_timeout=connect, statement_timeout=statement)
+        pool: dict[str, Any] = {} if settings.is_sqlite else {"pool_size": settings.database_pool_size}
+        engine = build_engine(settings.database_url, connect_timeout=connect, statement_timeout=statement, **pool)
         write_engine = (
             build_engine(settings.database_url, immediate=True, connect_timeout=connect, statement_timeout=statement)
             if settings.is_sqlite
@@ -278,7 +278,7 @@ def lean_pool(settings: Settings) -> Pool:
         kwargs["ssl"] = False
     return Pool(
         settings.database_url,
-        size=POOL_SIZE,
+        size=settings.database_pool_size,
         acquire_timeout=settings.database_connect_timeout_seconds,
         # the POST's array types learned as a connection opens (at start-up for the warmed pool), not by
         # the first POST on it (db.ARRAY_TYPES)

@@ -105,6 +105,15 @@ class Settings(BaseSettings):
     database_statement_timeout_seconds: float = Field(
         default=30.0, gt=0, le=3600, description="bound on one statement on PostgreSQL (then 503)"
     )
+    database_pool_size: int = Field(
+        default=8,
+        ge=1,
+        le=100,
+        description=(
+            "PostgreSQL connections per worker in each of its two pools (the build path's, opened at start, "
+            "and the engine's, opened as needed)"
+        ),
+    )
     retention_runs: int = Field(default=200, ge=1, le=1_000_000, description="newest runs kept per job")
     retention_interval_seconds: float = Field(default=5.0, gt=0)
     jobs_summary_seconds: float = Field(default=2.0, gt=0, description="how often job summaries are refreshed")

@@ -290,13 +290,18 @@ def make_client(db_url: str) -> ClientFactory:
 
     The fail-open deadline and the write timeout are generous by default: tests of sizing and storage
     must not turn into degraded answers or 503s because the shared machine is busy (a PUT took more than
-    the default 2.5 s under load); reliability tests set their own.
+    the default 2.5 s under load); reliability tests set their own. PostgreSQL's pools hold
+    three connections, not eight (below).
     """
 
     @asynccontextmanager
     async def factory(**settings: Any) -> AsyncIterator[httpx.AsyncClient]:
         settings.setdefault("sizing_deadline_ms", 30_000)
         settings.setdefault("write_timeout_seconds", 30)
+        # PostgreSQL: three connections per pool, not eight; each app opens its build path's pool at
+        # start and closes it at the end, about 0.1 s a test for the five more (tests that need more
+        # set their own; tests/test_fastpath_pg.py checks the default of 8)
+        settings.setdefault("database_pool_size", 3)
         app = create_app(Settings(database_url=db_url, **settings))
         async with app.router.lifespan_context(app):
             feed = getattr(app.state, "change_feed", None)

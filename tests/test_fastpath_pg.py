@@ -12,8 +12,10 @@ from typing import Any
 import asyncpg
 import httpx
 import pytest
+from pydantic import ValidationError
 
 from service.keys import ScopeKey
+from service.settings import Settings
 from service.sizing import pgread
 from service.sizing import service as sizing_service
 from service.sizing.params import SizingParams
@@ -226,3 +228,33 @@ def test_a_job_under_steady_runs_is_summarised_at_most_every_min_interval() -> N
     assert eager._due() == {1: KEY}
     eager.note(1, KEY)
     assert eager._due() == {1: KEY}  # min_interval 0: every pass
+
+
+# --------------------------------------------------------------------------- the pools' size
+
+
+@pytest.mark.parametrize("size", [8, 3])
+async def test_the_pool_size_setting_bounds_both_pools(
+    make_client: Any, pg: asyncpg.Connection, db_url: str, size: int
+) -> None:
+    # CI_SIZER_DATABASE_POOL_SIZE (README, Configuration): the build path's pool opens that many
+    # connections at start (Pool.warm), the engine's pool holds at most that many; 8 by default
+    # (tests/conftest.py's apps take 3 unless told)
+    assert Settings(database_url=db_url).database_pool_size == 8
+    async with make_client(database_pool_size=size) as client:
+        app = client.app  # type: ignore[attr-defined]
+        assert app.state.settings.database_pool_size == size
+        assert app.state.pgpool.size == size
+        assert app.state.pgpool.opened == size  # all opened at start
+        assert app.state.engine.pool.size() == size
+        backends = await pg.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        # the lean pool's connections, and at most the listener and the engine's few opened at start
+        assert size <= backends <= size + 3
+
+
+def test_the_pool_size_setting_is_bounded() -> None:
+    for bad in (0, 101):
+        with pytest.raises(ValidationError, match="database_pool_size"):
+            Settings(database_url="sqlite:///x.db", database_pool_size=bad)

@@ -111,6 +111,9 @@ class Guard:
         self._worker: threading.Thread | None = None
         self._pending: int | None = None  #: the limit asked for and not yet answered
         self._done = False  #: ask for nothing more
+        #: a kill was seen and the usage has not yet fallen below the threshold since: the victim's memory
+        #: is still charged while the kernel frees it, over one turn or several on a busy machine
+        self._settling = False
         self._dropped = 0
         self._closed = False
         self._kills = self._kills_start = memory.oom_kills()
@@ -192,13 +195,18 @@ class Guard:
                 held = limit or 0
                 self.record("too_late", held, max(self._pending or held, held))
             self._kills = kills
+            self._settling = True
         threshold = self.block.threshold_bytes(limit) if limit is not None else None
+        if self._settling and not killed and (threshold is None or usage < threshold):
+            self._settling = False  # the victim's memory is gone: a new rise is the build's again
         if usage <= self.report.peak_bytes and (threshold is None or usage < threshold):
             return  # the working set is at most usage: no new peak, nothing to grow
         working_set = m.working_set(usage)
         self.report.peak_bytes = max(self.report.peak_bytes, working_set)
-        if limit is None or self._pending is not None or self._done or killed:
-            return  # (the usage of a turn that saw a kill still holds the victim's memory)
+        if limit is None or self._pending is not None or self._done or self._settling:
+            # (after a kill, the usage holds the victim's memory until the kernel has freed it: a growth
+            # for it would raise the limit for a process that is gone)
+            return
         target = self.block.next_target(working_set, limit)
         if target is None:
             return

@@ -80,8 +80,11 @@ def test_an_oom_kill_is_reported_too_late(tmp_path: Path) -> None:
     guard._tick()
     _v2(cg, current=255 * MIB, oom_kill=3)
     guard._tick()  # the turn that sees the kill does not grow for the victim's memory
+    guard._tick()  # nor the next ones while it is still charged (freed slowly on a busy machine)
+    guard._tick()
     report = guard.stop()
     assert [(e.from_bytes, e.to_bytes, e.result) for e in report.events] == [(256 * MIB, 256 * MIB, "too_late")]
+    assert report.limit_bytes == 256 * MIB  # the limit the build was killed at, as posted
     assert report.oom_kills == 1
     assert said == ["ci-sizer: growth (cgroup): 256 MiB: too_late"]
 
@@ -158,3 +161,23 @@ def test_a_condition_about_an_older_resize_is_not_this_one_s() -> None:
     without = {"status": {"conditions": [{k: v for k, v in pending.items() if k != "observedGeneration"}]}}
     assert _condition(without, "PodResizePending", 3) is not None  # a kubelet that does not say: taken as is
     assert _condition({"status": {"conditions": [{**pending, "status": "False"}]}}, "PodResizePending", 2) is None
+
+
+def test_after_a_kill_growth_resumes_once_the_victim_s_memory_is_freed(tmp_path: Path) -> None:
+    # a build that goes on after one of its processes was killed (make -k, a test runner's worker): the
+    # next rise past the threshold is the build's own again, and is grown for
+    cg = _v2(tmp_path / "cg", current=100 * MIB)
+    guard = _guard(cg, [])
+    guard._tick()
+    _v2(cg, current=256 * MIB, oom_kill=1)
+    guard._tick()
+    guard._tick()  # still charged: nothing asked
+    _v2(cg, current=90 * MIB)  # freed
+    guard._tick()
+    _v2(cg, current=230 * MIB)  # past 80 % of 256 MiB
+    guard._tick()
+    report = guard.stop()
+    assert [(e.from_bytes, e.to_bytes, e.result) for e in report.events] == [
+        (256 * MIB, 256 * MIB, "too_late"),
+        (256 * MIB, 384 * MIB, "grown"),
+    ]

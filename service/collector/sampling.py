@@ -45,17 +45,22 @@ class Sampler:
         return self
 
     def _take(self, reading: Reading | None = None) -> None:
+        at = time.monotonic()
         if reading is None:
             try:
                 reading = self.source.read()
             except (OSError, KeyError, ValueError) as exc:
                 self.result.error = f"{type(exc).__name__}: {exc}"
                 return  # the source went away (the process exited): keep what we have
+            # timed at the middle of the read, not at its end: a process tree's read (a file per
+            # process) can take a good part of an interval on a busy machine, and a reading stamped late
+            # makes its interval long and the next one short (a rate of twice or more, seen in the mean)
+            at = (at + time.monotonic()) / 2
         r = self.result
         r.readings += 1
         if self._first is None:
             self._first = reading
-        self._cpu.append((time.monotonic(), reading.cpu_seconds))
+        self._cpu.append((at, reading.cpu_seconds))
         r.memory_peak_bytes = max(r.memory_peak_bytes, reading.working_set_bytes)  # sampled, or maxrss at exit
         if reading.limit_bytes is not None:
             r.memory_limit_bytes = reading.limit_bytes

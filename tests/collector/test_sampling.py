@@ -1,0 +1,60 @@
+"""The sampler's CPU rates (service/collector/sampling.py) against a source whose reads take time, on a
+clock the test moves: no sleeps, nothing timed."""
+
+from __future__ import annotations
+
+import pytest
+
+from service.collector import sampling
+from service.collector.sampling import Sampler, cpu_samples
+from service.collector.sources import Reading
+
+RATE = 1.5  # cores, steady
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class SlowTree:
+    """A process tree read a file at a time: its CPU is counted during the read, which takes the next of
+    ``durations`` (a busy machine: some reads take most of an interval)."""
+
+    def __init__(self, clock: Clock, durations: list[float]) -> None:
+        self.clock, self.durations = clock, iter(durations)
+
+    def read(self) -> Reading:
+        took = next(self.durations)
+        self.clock.now += took / 2
+        cpu = RATE * self.clock.now
+        self.clock.now += took / 2
+        return Reading(cpu_seconds=cpu, working_set_bytes=1 << 20)
+
+
+def test_a_slow_read_does_not_skew_the_rates(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = Clock()
+    monkeypatch.setattr(sampling.time, "monotonic", clock)
+    # reads of 0 to 150 ms, every 200 ms: stamped at their ends, the rates of this steady 1.5 cores ranged
+    # from 1.18 to 2.06 cores (the test below), stamped at their middles they are all 1.5
+    sampler = Sampler(SlowTree(clock, [0.0, 0.15, 0.0, 0.15, 0.01, 0.12, 0.0, 0.15, 0.0]), interval=0.2)
+    for _ in range(9):
+        sampler._take()
+        clock.now += 0.2
+    samples = cpu_samples(sampler._cpu, sampler.interval)
+    assert len(samples) == 8
+    assert samples == pytest.approx([RATE * 1000] * 8)
+
+
+def test_the_end_stamp_is_what_skewed_them() -> None:
+    # the same reads stamped at their ends: what the sampler did before (the test above is not vacuous)
+    now, readings = 100.0, []
+    for took in [0.0, 0.15, 0.0, 0.15, 0.01, 0.12, 0.0, 0.15, 0.0]:
+        readings.append((now + took, RATE * (now + took / 2)))
+        now += took + 0.2
+    samples = cpu_samples(readings, 0.2)
+    assert max(samples) > 1.3 * RATE * 1000
+    assert min(samples) < 0.8 * RATE * 1000

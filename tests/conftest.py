@@ -114,7 +114,7 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return True if not selects_ci else None
 
 
-#: the setup and call time of each test that took 2 s or more (tests/tools/durations.py writes it from a timed run)
+#: the call time of each test that took 2 s or more (tests/tools/durations.py writes it from a timed run)
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 
 

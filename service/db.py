@@ -47,6 +47,11 @@ DB_FAULTS: tuple[type[Exception], ...] = (
 )
 
 
+def redacted(database_url: str) -> str:
+    """The URL as logs and errors show it: the password hidden."""
+    return make_url(database_url).render_as_string(hide_password=True)
+
+
 def is_memory_sqlite(database_url: str) -> bool:
     if not database_url.startswith("sqlite"):
         return False

@@ -14,7 +14,6 @@ from typing import Any
 
 from fastapi import FastAPI
 from prometheus_client import multiprocess
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -29,6 +28,7 @@ from service.db import (
     build_sessionmaker,
     is_local_postgres,
     learn_types,
+    redacted,
 )
 from service.errors import install_error_handlers
 from service.gate import Gate
@@ -65,10 +65,6 @@ def check_exposure(settings: Settings, tokens: TokenStore) -> None:
             f"no tokens are configured (CI_SIZER_TOKENS_FILE) and --host {settings.host} is not a loopback "
             "address; configure tokens or pass --allow-anonymous"
         )
-
-
-def redacted(database_url: str) -> str:
-    return make_url(database_url).render_as_string(hide_password=True)
 
 
 def create_app(settings: Settings | None = None, *, owns_process: bool = False) -> FastAPI:

@@ -178,8 +178,7 @@ def read_database(args: argparse.Namespace, read: Callable[[Any, Any, Any], Awai
     except ceilings.CeilingsFileError as exc:
         raise CliError(str(exc)) from None
 
-    from service.db import DB_FAULTS
-    from service.main import redacted
+    from service.db import DB_FAULTS, redacted
 
     shown = redacted(settings.database_url)
     faults: tuple[type[Exception], ...] = (*DB_FAULTS, OSError)

@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     configure_logging(settings.log_level)
-    from service.main import redacted
+    from service.db import redacted
 
     migrate_database(settings.database_url, args.revision, redacted(settings.database_url))
     return 0

@@ -50,7 +50,8 @@ def _serve_with(settings: Any) -> None:
 
     from service.auth import TokensFileError, load_tokens
     from service.connections import Bounds
-    from service.main import ExposureError, check_exposure, create_app, redacted
+    from service.db import redacted
+    from service.main import ExposureError, check_exposure, create_app
 
     configure_logging(settings.log_level, batched=True)  # flushed on a beat by the service
     from service.sizing.ceilings import CeilingsFileError, load

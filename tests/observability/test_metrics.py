@@ -26,6 +26,7 @@ from service.observability.metrics import EXPORTED, latency_buckets
 from service.runs.bodies import MIN_BYTES
 
 from ..helpers import MIB, container, post_runs, run, sizing, sizing_path
+from ..live import healthy
 
 SIZING_ROUTE = "/api/v1/sizing/{org}/{repo}/{workflow}/{job}"
 
@@ -338,14 +339,9 @@ def test_several_workers_aggregate_metrics(tmp_path: Path) -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
+        while not healthy(port):
             assert time.monotonic() < deadline, "server did not start"
-            time.sleep(0.2)
+            time.sleep(0.02)
         with httpx.Client(base_url=base, timeout=5) as c:
             for _ in range(40):
                 assert c.get("/api/v1/sizing/a/b/c/d").status_code == 200

@@ -3,7 +3,15 @@ its share of the modules holding long tests, keeps a module's tests together, an
 
 from __future__ import annotations
 
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 from .conftest import long_first
+
+TOOL = Path(__file__).resolve().parent / "tools" / "processes.py"
 
 
 def ids(module: str, n: int) -> list[str]:
@@ -52,3 +60,42 @@ def test_more_long_modules_than_a_run_holds_still_lists_each_test_once() -> None
 
 def test_no_long_tests_keeps_the_order() -> None:
     assert long_first(["a::x", "a::y", "b::z"], {}, workers=3) == [0, 1, 2]
+
+
+def test_processes_counts_each_kind_of_python_process(tmp_path: Path) -> None:
+    # tests/tools/processes.py (issue 36): every Python process the command starts is noted and counted by
+    # kind, paths and ports left out (with CPU-seconds beside, where process accounting is at hand)
+    script = (
+        "import subprocess, sys\n"
+        "for _ in range(2):\n"
+        "    subprocess.run([sys.executable, '-m', 'service', 'migrate', '--help'], capture_output=True, check=True)\n"
+        "subprocess.run([sys.executable, '-m', 'service', 'token', 'create', '--help'], capture_output=True, check=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--", sys.executable, "-c", script],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    counts = {}
+    for line in done.stderr.splitlines():  # "[CPU-s] processes  kind"
+        found = re.match(r"\s*(?:[\d.]+\s+)?(\d+)  (\S.*)$", line)
+        if found:
+            counts[found[2]] = int(found[1])
+    assert counts.get("ci-sizer migrate") == 2, done.stderr
+    assert counts.get("ci-sizer token create") == 1, done.stderr
+
+
+def test_a_process_s_kind_leaves_out_paths_and_ports() -> None:
+    spec = importlib.util.spec_from_file_location("processes", TOOL)
+    assert spec is not None
+    assert spec.loader is not None
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    kind = tool.kind
+
+    assert kind(["/v/bin/python", "-m", "service", "serve", "--port", "4711", "--database-url", "sqlite:///x"]) == (
+        "ci-sizer serve"
+    )
+    assert kind(["/v/bin/ci-sizer", "webhook", "serve", "--port", "1"]) == "ci-sizer webhook serve"
+    assert kind(["/v/bin/python", "-u", "-c", "import sys;exec(eval(sys.stdin.readline()))"]) == "pytest: xdist worker"
+    assert kind(["/v/bin/python", "/r/bench/replay.py", "--data", "/d"]) == "script replay.py"

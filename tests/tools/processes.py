@@ -8,9 +8,10 @@ the table gives CPU-seconds per kind beside the other programs (PostgreSQL's bac
 kubectl, gcc). Accounting sees the whole machine: run it with nothing else going on. Without it, the
 counts alone: how many servers started and migrations ran.
 
-Measured with it on 2 cores (2026-11-27): the README's command used 708 CPU-s in 405 s, of which the
-four workers 400, PostgreSQL 81 (6,252 backends, one per connection), 41 live servers 92; the CI tier
-630 CPU-s in 322 s, of which the workers 196, 35 live servers 143, Chromium 76, 8 ``migrate`` runs 29.
+Measured with it on 2 cores (2026-11-27, before ``migrate`` stopped importing the app): the README's
+command as .ci/run runs it (every property in full) used 708 CPU-s in 405 s, of which the four workers
+400, PostgreSQL 81 (6,252 backends, one per connection), 41 live servers 92; the CI tier 630 CPU-s in
+322 s, of which the workers 196, 35 live servers 143, Chromium 76, 8 ``migrate`` runs 29.
 """
 
 from __future__ import annotations

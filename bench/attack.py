@@ -43,14 +43,9 @@ from collections.abc import Callable
 import httpx
 
 from bench._util import ROOT, quantile
+from tests.live import free_port, healthy
 
 JOB = "/api/v1/sizing/acme/web/ci/build"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:
@@ -66,13 +61,10 @@ class Server:
         )  # fmt: skip
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    break
+        while not healthy(self.port):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit("the server did not start")
-            time.sleep(0.1)
+            time.sleep(0.02)
         for n in range(3):
             run = {
                 "org": "acme", "repo": "web", "workflow": "ci", "job": "build", "run_id": f"r{n}",

@@ -62,6 +62,18 @@ def test_no_long_tests_keeps_the_order() -> None:
     assert long_first(["a::x", "a::y", "b::z"], {}, workers=3) == [0, 1, 2]
 
 
+def counts(stderr: str) -> dict[str, int]:
+    """tests/tools/processes.py's table: "[CPU-s] processes  kind" a line."""
+    found = (re.match(r"\s*(?:[\d.]+\s+)?(\d+)  (\S.*)$", line) for line in stderr.splitlines())
+    return {m[2]: int(m[1]) for m in found if m}
+
+
+def run_tool(*command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(TOOL), "--", *command], capture_output=True, text=True, timeout=120, check=False, cwd=cwd
+    )
+
+
 def test_processes_counts_each_kind_of_python_process(tmp_path: Path) -> None:
     # tests/tools/processes.py (issue 36): every Python process the command starts is noted and counted by
     # kind, paths and ports left out (with CPU-seconds beside, where process accounting is at hand)
@@ -71,18 +83,23 @@ def test_processes_counts_each_kind_of_python_process(tmp_path: Path) -> None:
         "    subprocess.run([sys.executable, '-m', 'service', 'migrate', '--help'], capture_output=True, check=True)\n"
         "subprocess.run([sys.executable, '-m', 'service', 'token', 'create', '--help'], capture_output=True, check=True)\n"
     )
-    done = subprocess.run(
-        [sys.executable, str(TOOL), "--", sys.executable, "-c", script],
-        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path,
-    )  # fmt: skip
+    done = run_tool(sys.executable, "-c", script, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    counts = {}
-    for line in done.stderr.splitlines():  # "[CPU-s] processes  kind"
-        found = re.match(r"\s*(?:[\d.]+\s+)?(\d+)  (\S.*)$", line)
-        if found:
-            counts[found[2]] = int(found[1])
-    assert counts.get("ci-sizer migrate") == 2, done.stderr
-    assert counts.get("ci-sizer token create") == 1, done.stderr
+    assert counts(done.stderr).get("ci-sizer migrate") == 2, done.stderr
+    assert counts(done.stderr).get("ci-sizer token create") == 1, done.stderr
+
+
+def test_a_run_inside_another_leaves_the_outer_one_whole(tmp_path: Path) -> None:
+    # ``processes.py -- python -m pytest`` runs the test above, a run inside a run: the outer one still notes
+    # the inner one's processes, and keeps the kernel's one accounting file (the inner run would have
+    # switched it off for the rest of the outer one)
+    inner = "import subprocess, sys; subprocess.run([sys.executable, '-m', 'service', 'migrate', '--help'])"
+    done = run_tool(sys.executable, str(TOOL), "--", sys.executable, "-c", inner, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "a run inside another leaves it to the outer one" in done.stderr
+    inner_table, outer_table = done.stderr.split("processes  kind")[1:]  # the inner run prints first
+    assert counts(inner_table).get("ci-sizer migrate") == 1, done.stderr
+    assert counts(outer_table).get("ci-sizer migrate") == 1, done.stderr
 
 
 def test_a_process_s_kind_leaves_out_paths_and_ports() -> None:

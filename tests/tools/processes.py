@@ -26,20 +26,26 @@ import sys
 import tempfile
 from pathlib import Path
 
+#: every run of this tool in progress (one inside another: the suite's own test of it, under
+#: ``processes.py -- python -m pytest``): each Python process is noted in each of their logs
+LOGS = "CI_SIZER_PROCESSES_LOGS"
+
 HOOK = """\
 import json, os, sys
-try:
-    with open({log!r}, "a") as f:
-        f.write(json.dumps([os.getpid(), list(sys.orig_argv)]) + "\\n")
-except Exception:
-    pass
+line = json.dumps([os.getpid(), list(sys.orig_argv)]) + "\\n"
+for log in os.environ.get("CI_SIZER_PROCESSES_LOGS", "").split(os.pathsep):
+    try:
+        with open(log, "a") as f:
+            f.write(line)
+    except Exception:
+        pass
 """
 
 
 def kind(argv: list[str]) -> str:
     """A process's kind from its command line, with paths and ports left out."""
     args = argv[1:]
-    if args[:2] == ["-u", "-c"] or (len(args) > 1 and "execnet" in args[1]):
+    if args[:2] == ["-u", "-c"]:  # execnet's bootstrap (xdist)
         return "pytest: xdist worker"
     if "pytest" in args[:2]:
         return "pytest: the run"
@@ -74,12 +80,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command given: processes.py -- python -m pytest -q")
     work = Path(tempfile.mkdtemp(prefix="ci-sizer-processes-"))
     log, acct = work / "python.jsonl", work / "acct"
-    (work / "sitecustomize.py").write_text(HOOK.format(log=str(log)))
-    accounting = os.geteuid() == 0 and shutil.which("accton") is not None and shutil.which("dump-acct") is not None
+    (work / "sitecustomize.py").write_text(HOOK)
+    outer = os.environ.get(LOGS, "")
+    # the kernel keeps one accounting file: a run inside another leaves it to the outer one (switching it
+    # would end the outer run's accounting), and gives counts only
+    accounting = (
+        not outer and os.geteuid() == 0 and shutil.which("accton") is not None and shutil.which("dump-acct") is not None
+    )
     if accounting:
         acct.touch()
         subprocess.run(["accton", str(acct)], check=True, capture_output=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(work), os.environ.get("PYTHONPATH")])),
+        LOGS: os.pathsep.join(filter(None, [outer, str(log)])),
+    }
     try:
         code = subprocess.run(command, env=env, check=False).returncode
     finally:
@@ -104,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     if accounting:
         print(f"{sum(cpu.values()):7.1f} {sum(count.values()):>9}  in all", file=sys.stderr)
     else:
-        print("(no CPU times: process accounting needs root and Debian's acct)", file=sys.stderr)
+        why = "a run inside another leaves it to the outer one" if outer else "it needs root and Debian's acct"
+        print(f"(no CPU times from process accounting: {why})", file=sys.stderr)
     shutil.rmtree(work, ignore_errors=True)
     return code
 

@@ -149,7 +149,11 @@ class ProcTree:
     def read(self) -> Reading:
         cpu = 0.0
         memory = 0
-        for pid in self._tree():
+        # descendants before their parents: a child reaped between the two reads is then counted twice
+        # (alive, then in its parent's cutime), never missed (the parent read before the reap, the child
+        # gone after it). A double count is lowered to the next readings' (sampling.cpu_samples); a missed
+        # one lowered every reading before it to the dip, and its CPU came back at once at the end
+        for pid in reversed(self._tree()):
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
                 # utime, stime, cutime, cstime: a child reaped inside the tree moves to its parent's c*time

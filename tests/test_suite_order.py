@@ -114,5 +114,6 @@ def test_a_process_s_kind_leaves_out_paths_and_ports() -> None:
         "ci-sizer serve"
     )
     assert kind(["/v/bin/ci-sizer", "webhook", "serve", "--port", "1"]) == "ci-sizer webhook serve"
+    assert kind(["/v/bin/ci-sizer", "token", "--help"]) == "ci-sizer token"  # no subcommand: the CI tier runs it
     assert kind(["/v/bin/python", "-u", "-c", "import sys;exec(eval(sys.stdin.readline()))"]) == "pytest: xdist worker"
     assert kind(["/v/bin/python", "/r/bench/replay.py", "--data", "/d"]) == "script replay.py"

@@ -55,7 +55,9 @@ def kind(argv: list[str]) -> str:
     if Path(argv[0]).name == "ci-sizer":
         command = ["service", *command]
     if command[:1] == ["service"] and len(command) > 1:
-        return f"ci-sizer {command[1]}" + (f" {command[2]}" if command[1] in ("token", "webhook") else "")
+        # `ci-sizer token --help` names no subcommand
+        sub = command[2:3] if command[1] in ("token", "webhook") else []
+        return " ".join(["ci-sizer", command[1], *sub])
     if command and command[0].endswith(".py"):
         return f"script {Path(command[0]).name}"
     return "python " + " ".join(args[:2]).replace("\n", " ")[:60]

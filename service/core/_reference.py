@@ -574,8 +574,8 @@ POLICY_FIXED = 1  # 500m / 4Gi, request = limit
 POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU limit; memory max + 15%
 POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
 POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
-POLICY_EFFICIENT = 5  # rules E1-E11 (docs/sizing.md), then the pins
-POLICY_GROWTH = 6  # rule G8: E1-E11 with the memory limit at a typical peak (growth covers the rest), then the pins
+POLICY_EFFICIENT = 5  # rules E1-E12 (docs/sizing.md), then the pins
+POLICY_GROWTH = 6  # rule G8: E1-E12 with the memory limit at a typical peak (growth covers the rest), then the pins
 
 #: ``clean`` column: the run is clean (rule S2); OOM-suspect only by S1's 95 % clause (no container
 #: was killed); otherwise (a container was killed or reported OOM). Booleans read as CLEAN / KILLED.
@@ -599,6 +599,10 @@ EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
 #: traces' mean run reservation (66 GiB-s), the kills saved from the traces' confident jumps (docs/sizing.md)
 EFFICIENT_CHEAP_MIB_SECONDS = 2466
 EFFICIENT_CHEAPEST_MIB_SECONDS = 192
+#: rule E12: the CPU request leaves out the window's highest chosen stats while the runs they come from make up
+#: less than this share of the window's run time, in percent (the default p95's own 5 %: the share of a run's
+#: time the chosen stat leaves above the request, applied across the window's runs by their durations)
+EFFICIENT_CPU_TIME_PCT = 5
 #: rule G8: the growth policy's confident memory need is this quantile of the analysed peaks, in quarters (p75)
 GROWTH_QUANTILE_QUARTERS = 3
 #: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
@@ -739,8 +743,9 @@ def _efficient(
     else:
         cpu_observed = max(cpu_stat[j] for j in analysed)
         mem_observed = max(mem_peak[j] for j in analysed)
-        cpu_request = max(CPU_REQUEST_FLOOR, ceil_tolerant(cpu_observed))  # E7: no buffer on the request
-        cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))  # E7
+        cpu_held = _cpu_by_time(analysed, cpu_stat, seconds, cpu_observed)  # E12
+        cpu_request = max(CPU_REQUEST_FLOOR, ceil_tolerant(cpu_held))  # E7: no buffer on the request
+        cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))  # E7, from the highest
         need = _quarter_quantile([mem_peak[j] for j in analysed]) if growth and samples > 2 else mem_observed  # G8
         pod = max(pod_peak[j] for j in analysed)
         if pod < need:
@@ -764,6 +769,29 @@ def _efficient(
         capped = True
     request = limit if guaranteed else min(request, limit)  # E9: S16 as the seed
     return cpu_request, cpu_limit, request, limit, cpu_observed, mem_observed, capped
+
+
+def _cpu_by_time(
+    analysed: list[int], cpu_stat: Sequence[float], seconds: Sequence[float] | None, highest: float
+) -> float:
+    """Rule E12: the CPU stat the request holds. A request is held for a run's whole duration, so the window's
+    runs are weighed by their durations: the highest chosen stat once the runs with the highest stats are left
+    out, highest first (ties: newest first), while together they make up less than EFFICIENT_CPU_TIME_PCT % of
+    the window's run time. ``highest`` (E7's) when a run's duration is unknown."""
+    if seconds is None:
+        return highest
+    total = 0.0
+    for j in analysed:
+        if seconds[j] < 0.0:
+            return highest
+        total += seconds[j]
+    left = 0.0
+    for j in sorted(analysed, key=lambda j: (-cpu_stat[j], -j)):
+        if (left + seconds[j]) * 100.0 < EFFICIENT_CPU_TIME_PCT * total:
+            left += seconds[j]
+            continue
+        return cpu_stat[j]
+    return highest
 
 
 def _cheap_margin(need: int, analysed: list[int], seconds: Sequence[float], margin: int) -> int:

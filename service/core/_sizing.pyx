@@ -889,6 +889,7 @@ cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 20
 cdef long long _EFFICIENT_CHEAP_MIB_SECONDS = 2466
 cdef long long _EFFICIENT_CHEAPEST_MIB_SECONDS = 192
 cdef long long _PRIOR_MIN_JOBS = 2
+cdef long long _EFFICIENT_CPU_TIME_PCT = 5
 cdef long long _PRIOR_TWO_JOBS_MARGIN_PCT = 50
 cdef long long _GROWTH_QUANTILE_QUARTERS = 3
 GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
@@ -899,6 +900,7 @@ EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
 EFFICIENT_CHEAP_MIB_SECONDS = _EFFICIENT_CHEAP_MIB_SECONDS
 EFFICIENT_CHEAPEST_MIB_SECONDS = _EFFICIENT_CHEAPEST_MIB_SECONDS
 PRIOR_MIN_JOBS = _PRIOR_MIN_JOBS
+EFFICIENT_CPU_TIME_PCT = _EFFICIENT_CPU_TIME_PCT
 PRIOR_TWO_JOBS_MARGIN_PCT = _PRIOR_TWO_JOBS_MARGIN_PCT
 PRIOR_EMPTY = (0, -1)
 SIZED_FIELDS = (
@@ -1049,6 +1051,43 @@ cdef long long _cheap_margin(
     return margin
 
 
+cdef double _cpu_by_time(const _Cols* c, const long long* newest, Py_ssize_t count, double highest) noexcept:
+    """Rule E12 (``_reference._cpu_by_time``): the CPU stat the request holds, the window's runs weighed by their
+    durations; the runs are taken highest stat first (ties: newest first) by selection, no buffer needed."""
+    cdef double total = 0.0, left = 0.0, best = 0.0, prev_v = 0.0, v
+    cdef Py_ssize_t a, j, pick, prev_j = -1
+    cdef bint first = True
+    if c.sec == NULL:
+        return highest
+    for a in range(count):
+        j = <Py_ssize_t>newest[a]
+        if c.present[j]:
+            if c.sec[j] < 0.0:
+                return highest
+            total += c.sec[j]
+    while True:
+        pick = -1
+        for a in range(count):
+            j = <Py_ssize_t>newest[a]
+            if not c.present[j]:
+                continue
+            v = c.stat[j]
+            if not first and not (v < prev_v or (v == prev_v and j < prev_j)):
+                continue  # taken already: the order is (stat descending, index descending)
+            if pick < 0 or v > best or (v == best and j > pick):
+                pick = j
+                best = v
+        if pick < 0:
+            return highest
+        if (left + c.sec[pick]) * 100.0 < <double>_EFFICIENT_CPU_TIME_PCT * total:
+            left += c.sec[pick]
+            prev_v = best
+            prev_j = pick
+            first = False
+            continue
+        return best
+
+
 cdef inline Py_ssize_t _e2_window(Py_ssize_t runs, bint efficient) noexcept nogil:
     """Rule E2: the newest ``runs`` samples, efficient at least ``_EFFICIENT_MIN_WINDOW``."""
     return runs if not efficient or runs >= _EFFICIENT_MIN_WINDOW else _EFFICIENT_MIN_WINDOW
@@ -1151,10 +1190,10 @@ cdef void _size_run(
             limit = 4 * GIB if prior < 0 else prior
             request = limit
         else:
-            cpu_request = ceil_tolerant(cpu_observed)
+            cpu_request = ceil_tolerant(_cpu_by_time(c, newest, count, cpu_observed))  # E12
             if cpu_request < 10:
                 cpu_request = 10
-            cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))
+            cpu_limit = cpu_limit_for(ceil_tolerant(cpu_observed * (100 + buffer_pct) / 100.0))  # E7: the highest
             need = mem_observed
             if policy == 6 and samples > 2:  # G8: the analysed peaks' p75, sorted after the indices
                 m = 0

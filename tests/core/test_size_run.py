@@ -277,6 +277,30 @@ def columns(draw: st.DrawFn) -> dict[str, list[Any]]:
 
 
 #: rule E11's durations: unknown (-1), short enough for the cheap margins at the drawn peaks, or any
+def test_e12_cpu_request_by_run_time(core: ModuleType) -> None:
+    # rule E12: a CPU request is held for a run's whole duration, so the window's highest stats are left out while
+    # their runs make up less than EFFICIENT_CPU_TIME_PCT (5 %) of the window's run time; the limit keeps E7's highest
+    mem = [100 * MIB] * 4
+    cpu = [20.0, 300.0, 25.0, 30.0]  # a short burst (300m for 10 s) among long runs (1,000 s at 20-30m)
+    s = size(core, job(mem, cpu=cpu), seconds=[1000.0, 10.0, 1000.0, 1000.0])
+    assert (s.cpu_request, s.cpu_limit, s.cpu_observed) == (30, 500, 300.0)  # 10 s of 3,010 s: left out
+    # without durations, or with one unknown, E7 as it was: the highest stat
+    assert size(core, job(mem, cpu=cpu)).cpu_request == 300
+    assert size(core, job(mem, cpu=cpu), seconds=[1000.0, 10.0, -1.0, 1000.0]).cpu_request == 300
+    # a run of 5 % of the time or more is kept: four equal runs, each 25 % of the time -> the highest
+    assert size(core, job(mem, cpu=cpu), seconds=[10.0] * 4).cpu_request == 300
+    # runs are left out highest first while the time they add stays under 5 %: 300m (10 s) and 200m (50 s) are
+    # 60 of 1,160 s (5.2 %): only 300m is left out; with the 200m run at 40 s (50 of 1,150 s, 4.3 %) both are
+    cpu = [20.0, 300.0, 200.0, 30.0]
+    assert size(core, job(mem, cpu=cpu), seconds=[500.0, 10.0, 50.0, 600.0]).cpu_request == 200
+    assert size(core, job(mem, cpu=cpu), seconds=[500.0, 10.0, 40.0, 600.0]).cpu_request == 30
+    # learning too (a sample's duration is known); a job never seen keeps S7's 500m
+    assert size(core, job(mem[:2], cpu=[300.0, 20.0]), seconds=[10.0, 1000.0]).cpu_request == 20
+    assert size(core, job([], cpu=[]), seconds=[]).cpu_request == 500
+    # the seed policy reads no durations
+    assert size(core, job(mem, cpu=cpu), CI, seconds=[500.0, 10.0, 40.0, 600.0]) == size(core, job(mem, cpu=cpu), CI)
+
+
 _SECONDS = st.one_of(st.just(-1.0), st.floats(0, 4, allow_nan=False), st.floats(0, 20000, allow_nan=False))
 
 _PINS = st.tuples(*(st.integers(-1, 8 * GIB) for _ in range(4)), *(st.integers(0, 4) for _ in range(4))).map(
@@ -307,6 +331,30 @@ def test_size_run_backends_agree(
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    n=st.integers(1, 40),
+    data=st.data(),
+    runs=st.integers(1, 25),
+    policy=st.sampled_from([EFFICIENT, GROWTH]),
+)
+def test_e12_backends_agree(n: int, data: st.DataObject, runs: int, policy: int) -> None:
+    # rule E12's ordering: CPU stats from a few values (ties) and durations from a few (sums near the 5 % line)
+    cy = compiled()
+    assert cy is not None
+    cpu = data.draw(st.lists(st.sampled_from([0.0, 10.0, 10.5, 250.0, 800.0]), min_size=n, max_size=n))
+    seconds = data.draw(
+        st.lists(st.sampled_from([-1.0, 0.0, 0.1, 1.0, 5.0, 19.0, 95.0, 100.0]), min_size=n, max_size=n)
+    )
+    h = job([100 * MIB] * n, cpu=cpu, clean=data.draw(st.lists(st.sampled_from([CLEAN, CLEAN, NEAR, KILLED]),
+            min_size=n, max_size=n)))  # fmt: skip
+    h["present"] = data.draw(st.lists(st.sampled_from([0, 1, 1, 1]), min_size=n, max_size=n))
+    for i in range(n + 1):
+        args = (i, *h.values(), -1, policy, runs, 20, True, NO_PINS, 64 * GIB, -1, seconds)
+        assert tuple(cy.size_run(*args)) == tuple(REF.size_run(*args))
+
+
+@pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
 @settings(max_examples=examples(200), deadline=None)
 @given(
     peaks=st.lists(st.tuples(st.integers(0, 64 * GIB), st.booleans()), max_size=30),
@@ -329,7 +377,7 @@ def test_constants_agree() -> None:
         "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
         "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_FIRST_SAMPLE_MARGIN_PCT",
         "EFFICIENT_MIN_WINDOW", "EFFICIENT_CHEAP_MIB_SECONDS", "EFFICIENT_CHEAPEST_MIB_SECONDS", "PRIOR_MIN_JOBS",
-        "PRIOR_TWO_JOBS_MARGIN_PCT",
+        "PRIOR_TWO_JOBS_MARGIN_PCT", "EFFICIENT_CPU_TIME_PCT",
         "PRIOR_EMPTY", "SIZED_FIELDS",
     ):  # fmt: skip
         assert getattr(cy, name) == getattr(REF, name), name

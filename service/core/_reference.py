@@ -588,8 +588,9 @@ OOM_NONE = 0
 OOM_NEAR_LIMIT = 1
 OOM_KILLED = 2
 
-#: rule E3: the margin over the highest peak, in percent
-EFFICIENT_MARGIN_PCT = 5
+#: rule E3: the confident margin over the highest peak, in percent (over E2's 30 samples: the longer the
+#: window, the tighter its highest bounds the next peak, and the less margin is needed above it; docs/sizing.md)
+EFFICIENT_MARGIN_PCT = 3
 EFFICIENT_LEARNING_MARGIN_PCT = 20
 #: rule E3: the margin with a single sample, when nothing is known of how the job's peaks vary
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
@@ -605,8 +606,9 @@ EFFICIENT_CHEAPEST_MIB_SECONDS = 192
 EFFICIENT_CPU_TIME_PCT = 5
 #: rule G8: the growth policy's confident memory need is this quantile of the analysed peaks, in quarters (p75)
 GROWTH_QUANTILE_QUARTERS = 3
-#: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says
-EFFICIENT_MIN_WINDOW = 20
+#: rule E2: the efficient policy analyses at least this many samples, whatever ``runs`` says (the next of
+#: exchangeable peaks exceeds the highest of n with chance 1/(n+1): 3.2 % with 30)
+EFFICIENT_MIN_WINDOW = 30
 #: rule E6: the first-run prior is used once this many of the org's jobs have a sample (one job's
 #: peak is too little to go on: jobs differ more from each other than a job's runs do)
 PRIOR_MIN_JOBS = 2
@@ -987,7 +989,7 @@ def prior_update(state: Sequence[int], peak: int, first_sample: bool) -> tuple[i
 def prior_read(state: Sequence[int]) -> int:
     """Rule E6: the memory limit for a new job's first run, or -1 (the unknown-phase default):
     the highest peak among the org's samples plus 50 % while two of its jobs have a sample, E3's
-    5 % from three on, to a whole MiB, never above the default; none while fewer than
+    3 % from three on, to a whole MiB, never above the default; none while fewer than
     PRIOR_MIN_JOBS (2) of its jobs have a sample."""
     if len(state) != 2:
         raise ValueError("a prior state holds two integers")

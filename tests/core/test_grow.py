@@ -59,7 +59,8 @@ def test_g1_no_growth_when_the_maximum_does_not_exceed_the_limit(core: ModuleTyp
         (1000 * MIB, 899 * MIB, 90),  # floor(89.9) + 1
         (1000 * MIB, 930 * MIB, 94),  # just above what the window's runs used: they do not grow
         (1000 * MIB, 950 * MIB, 95),  # 96, at most 95: 5 % left to react in
-        (105 * MIB, 100 * MIB, 95),  # efficient's 5 % margin (E3): 95
+        (105 * MIB, 100 * MIB, 95),  # a 5 % margin: 95
+        (103 * MIB, 100 * MIB, 95),  # efficient's 3 % margin (E3): 98, at most 95
         (499 * MIB, 1000 * MIB, 95),  # the growth policy's limit under the window's highest peak
         (64 * GIB, 64 * GIB - 1, 95),
     ],
@@ -97,13 +98,13 @@ def test_window_peak_reads_the_runs_the_streak_is_counted_over(core: ModuleType)
     # no sample at all: every run before i (the unknown phase's kills)
     assert core.window_peak(2, [KILLED, KILLED], [1, 1], [400 * MIB, 600 * MIB], CI, 5) == 600 * MIB
     assert core.window_peak(0, [], [], [], CI, 5) == -1
-    # efficient (and growth): a near-limit run is a sample (E1), and the window is 20 samples (E2)
-    h = [NEAR] + [CLEAN] * 20
-    peaks = [950 * MIB] + [100 * MIB] * 20
-    assert core.window_peak(21, h, [1] * 21, peaks, CI, 5) == 100 * MIB
-    assert core.window_peak(21, h, [1] * 21, peaks, EFFICIENT, 5) == 100 * MIB
-    assert core.window_peak(21, [CLEAN] * 21, [1] * 21, [950 * MIB] + [100 * MIB] * 20, GROWTH, 5) == 100 * MIB
-    assert core.window_peak(20, h[:20], [1] * 20, peaks[:20], GROWTH, 5) == 950 * MIB
+    # efficient (and growth): a near-limit run is a sample (E1), and the window is 30 samples (E2)
+    h = [NEAR] + [CLEAN] * 30
+    peaks = [950 * MIB] + [100 * MIB] * 30
+    assert core.window_peak(31, h, [1] * 31, peaks, CI, 5) == 100 * MIB
+    assert core.window_peak(31, h, [1] * 31, peaks, EFFICIENT, 5) == 100 * MIB
+    assert core.window_peak(31, [CLEAN] * 31, [1] * 31, [950 * MIB] + [100 * MIB] * 30, GROWTH, 5) == 100 * MIB
+    assert core.window_peak(30, h[:30], [1] * 30, peaks[:30], GROWTH, 5) == 950 * MIB
 
 
 def test_window_peak_bad_arguments(core: ModuleType) -> None:
@@ -119,15 +120,15 @@ def test_window_peak_bad_arguments(core: ModuleType) -> None:
 
 
 def test_g8_confident_limit_at_the_p75_of_the_window(core: ModuleType) -> None:
-    # four samples 100, 200, 300, 1000 Mi: p75 (I2) = 300 + 0.25 x 700 = 475Mi; limit + 5 % = 498.75 -> 499Mi
+    # four samples 100, 200, 300, 1000 Mi: p75 (I2) = 300 + 0.25 x 700 = 475Mi; limit + 3 % = 489.25 -> 490Mi
     h = job([100 * MIB, 1000 * MIB, 200 * MIB, 300 * MIB])
     g = size(core, h, GROWTH)
-    assert (g.phase, g.memory_limit, g.memory_request) == (2, 499 * MIB, 499 * MIB)
+    assert (g.phase, g.memory_limit, g.memory_request) == (2, 490 * MIB, 490 * MIB)
     assert g.memory_observed == 1000 * MIB  # what was observed is still the highest peak
     b = size(core, h, GROWTH, guaranteed=False)
-    assert (b.memory_request, b.memory_limit) == (475 * MIB, 499 * MIB)
-    # efficient aims at the highest peak (E3): 1050Mi
-    assert size(core, h, EFFICIENT).memory_limit == 1050 * MIB
+    assert (b.memory_request, b.memory_limit) == (475 * MIB, 490 * MIB)
+    # efficient aims at the highest peak (E3): 1030Mi
+    assert size(core, h, EFFICIENT).memory_limit == 1030 * MIB
 
 
 def test_g8_learning_kills_cpu_and_pins_as_efficient(core: ModuleType) -> None:

@@ -79,10 +79,10 @@ def test_e11_margin_where_the_runs_reserve_little(core: ModuleType) -> None:
     assert size(core, job(mem), seconds=[1.0, 1.0, 1.0]).memory_limit == 150 * MIB
     # 100Mi for 10 s: 1,000 MiB-s, under EFFICIENT_CHEAP_MIB_SECONDS (2,466) -> E3's learning 20 %
     assert size(core, job(mem), seconds=[5.0, 10.0, 15.0]).memory_limit == 120 * MIB
-    # 100Mi for 30 s: 3,000 MiB-s, dear -> E3's 5 %; the same without durations, or with none known
-    assert size(core, job(mem), seconds=[30.0, 30.0, 30.0]).memory_limit == 105 * MIB
-    assert size(core, job(mem)).memory_limit == 105 * MIB
-    assert size(core, job(mem), seconds=[-1.0, -1.0, -1.0]).memory_limit == 105 * MIB
+    # 100Mi for 30 s: 3,000 MiB-s, dear -> E3's 3 %; the same without durations, or with none known
+    assert size(core, job(mem), seconds=[30.0, 30.0, 30.0]).memory_limit == 103 * MIB
+    assert size(core, job(mem)).memory_limit == 103 * MIB
+    assert size(core, job(mem), seconds=[-1.0, -1.0, -1.0]).memory_limit == 103 * MIB
     # an unknown duration is left out of the mean: 1 s known -> cheapest
     assert size(core, job(mem), seconds=[-1.0, 1.0, -1.0]).memory_limit == 150 * MIB
     # the mean is over the analysed samples only: a long killed run does not make the job dear
@@ -91,7 +91,7 @@ def test_e11_margin_where_the_runs_reserve_little(core: ModuleType) -> None:
     assert size(core, killed, seconds=[1.0, 1.0, 1.0, 9000.0, 1.0]).memory_limit == 150 * MIB
     # learning keeps E3's margins whatever the durations (one sample 50 %, two 20 %)
     assert size(core, job(mem[:2]), seconds=[1.0, 1.0]).memory_limit == 120 * MIB
-    # E5 speaks while a kill streak runs: the step is from E3's 5 % limit, as without durations
+    # E5 speaks while a kill streak runs: the step is from E3's 3 % limit, as without durations
     streak = job([*mem, 50 * MIB], clean=[CLEAN, CLEAN, CLEAN, KILLED], oom=[0, 0, 0, 2], limit=[-1, -1, -1, 60 * MIB])
     assert size(core, streak, seconds=[1.0] * 4).memory_limit == size(core, streak).memory_limit
     # the seed policy reads no durations
@@ -99,13 +99,13 @@ def test_e11_margin_where_the_runs_reserve_little(core: ModuleType) -> None:
 
 
 def test_e3_e8_margin_over_the_highest_peak(core: ModuleType) -> None:
-    # rule E3: three samples, highest 100Mi -> limit 100Mi + 5 % = 105Mi (E8: a whole MiB, no power of two)
+    # rule E3: three samples, highest 100Mi -> limit 100Mi + 3 % = 103Mi (E8: a whole MiB, no power of two)
     s = size(core, job([90 * MIB, 100 * MIB, 95 * MIB]))
-    assert (s.phase, s.memory_limit, s.memory_request) == (2, 105 * MIB, 105 * MIB)
+    assert (s.phase, s.memory_limit, s.memory_request) == (2, 103 * MIB, 103 * MIB)
     assert s.memory_observed == 100 * MIB
     # burstable (E9): the request is the highest peak itself, the limit keeps the margin
     b = size(core, job([90 * MIB, 100 * MIB, 95 * MIB]), guaranteed=False)
-    assert (b.memory_request, b.memory_limit) == (100 * MIB, 105 * MIB)
+    assert (b.memory_request, b.memory_limit) == (100 * MIB, 103 * MIB)
     # the seed would give the next power of two: 128Mi (rule S12)
     assert size(core, job([90 * MIB, 100 * MIB, 95 * MIB]), CI).memory_limit == 128 * MIB
 
@@ -128,17 +128,20 @@ def test_e1_near_limit_run_is_a_sample(core: ModuleType) -> None:
     # the efficient policy counts it as a sample; the seed stays in the learning phase
     h = job([100 * MIB, 100 * MIB, 101 * MIB], clean=[CLEAN, CLEAN, NEAR], oom=[0, 0, 1], limit=[-1, -1, 105 * MIB])
     e = size(core, h)
-    assert (e.phase, e.memory_limit, e.consecutive) == (2, 107 * MIB, 0)  # 101Mi x 1.05 = 106.05 -> 107Mi
+    assert (e.phase, e.memory_limit, e.consecutive) == (2, 105 * MIB, 0)  # 101Mi x 1.03 = 104.03 -> 105Mi
     seed = size(core, h, CI)
     assert (seed.phase, seed.consecutive) == (1, 1)
 
 
-def test_e2_window_is_at_least_20_samples(core: ModuleType) -> None:
-    # the highest peak 20 runs back still counts for efficient (window 20), not for the seed (5)
-    h = job([200 * MIB] + [100 * MIB] * 19)
+def test_e2_window_is_at_least_30_samples(core: ModuleType) -> None:
+    # the highest peak 30 runs back still counts for efficient (window 30), not for the seed (5)
+    h = job([200 * MIB] + [100 * MIB] * 29)
     assert size(core, h).memory_observed == 200 * MIB
     assert size(core, h, CI).memory_observed == 100 * MIB
-    assert size(core, job([200 * MIB] + [100 * MIB] * 20)).memory_observed == 100 * MIB
+    assert size(core, job([200 * MIB] + [100 * MIB] * 30)).memory_observed == 100 * MIB
+    # whatever ``runs`` says below it; above it, ``runs`` rules
+    assert size(core, h, runs=20).memory_observed == 200 * MIB
+    assert size(core, job([200 * MIB] + [100 * MIB] * 30), runs=31).memory_observed == 200 * MIB
 
 
 def test_e5_a_kill_doubles_two_kills_reach_the_default(core: ModuleType) -> None:
@@ -156,34 +159,34 @@ def test_e5_a_kill_doubles_two_kills_reach_the_default(core: ModuleType) -> None
 
 def test_e10_a_kill_is_remembered_after_its_streak(core: ModuleType) -> None:
     # rule E10: killed at 105Mi, then a clean 100Mi run: the need is the 105Mi the run was killed at, not
-    # the samples' 100Mi that got it killed (105Mi x 1.05 = 110.25 -> 111Mi, E3 and E8)
+    # the samples' 100Mi that got it killed (105Mi x 1.03 = 108.15 -> 109Mi, E3 and E8)
     kill = {"clean": [CLEAN] * 3 + [KILLED], "oom": [0, 0, 0, 2], "limit": [-1, -1, -1, 105 * MIB]}
     h = job([100 * MIB] * 3 + [105 * MIB, 100 * MIB], clean=[*kill["clean"], CLEAN], oom=[*kill["oom"], 0],
             limit=[*kill["limit"], 210 * MIB])  # fmt: skip
     s = size(core, h)
-    assert (s.consecutive, s.memory_limit, s.memory_observed) == (0, 111 * MIB, 100 * MIB)
+    assert (s.consecutive, s.memory_limit, s.memory_observed) == (0, 109 * MIB, 100 * MIB)
     # the killed run's reported peak may be below the limit it was killed at: the limit counts
     low = dict(h, mem_peak=[100 * MIB] * 3 + [60 * MIB, 100 * MIB])
-    assert size(core, low).memory_limit == 111 * MIB
+    assert size(core, low).memory_limit == 109 * MIB
     # only the container that was killed: present elsewhere, absent from the killed run, it is not raised
     absent = dict(h, present=[1, 1, 1, 0, 1])
-    assert size(core, absent).memory_limit == 105 * MIB
+    assert size(core, absent).memory_limit == 103 * MIB
     # the seed is unchanged (S14 after the streak: nothing)
     assert size(core, h, CI).memory_limit == 128 * MIB
     # while the streak runs, E5 alone speaks: 105Mi doubled once, not the killed limit plus a margin doubled
     assert size(core, h, i=4).memory_limit == 210 * MIB
-    # a kill older than the oldest analysed sample (E2's 20) is forgotten, as E5's streak would be
-    old = job([100 * MIB, 105 * MIB] + [100 * MIB] * 20, clean=[CLEAN, KILLED] + [CLEAN] * 20,
-              oom=[0, 2] + [0] * 20, limit=[-1, 105 * MIB] + [-1] * 20)  # fmt: skip
-    assert size(core, old).memory_limit == 105 * MIB
-    assert size(core, old, i=21).memory_limit == 111 * MIB  # the oldest sample is run 0: the kill is in
+    # a kill older than the oldest analysed sample (E2's 30) is forgotten, as E5's streak would be
+    old = job([100 * MIB, 105 * MIB] + [100 * MIB] * 30, clean=[CLEAN, KILLED] + [CLEAN] * 30,
+              oom=[0, 2] + [0] * 30, limit=[-1, 105 * MIB] + [-1] * 30)  # fmt: skip
+    assert size(core, old).memory_limit == 103 * MIB
+    assert size(core, old, i=31).memory_limit == 109 * MIB  # the oldest sample is run 0: the kill is in
 
 
 def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
     state = core.PRIOR_EMPTY
     assert core.prior_read(state) == -1  # no sampled job: the unknown-phase default
     # rule E6: one sampled job is too little to go on (PRIOR_MIN_JOBS = 2): still the default, however
-    # many of that job's runs; two sampled jobs, their highest peak x 1.5; three, + 5 %
+    # many of that job's runs; two sampled jobs, their highest peak x 1.5; three, + 3 %
     state = core.prior_update(state, 300 * MIB, True)
     assert state == (1, 300 * MIB)
     assert core.prior_read(state) == -1
@@ -194,19 +197,19 @@ def test_e6_first_run_from_the_prior_and_recovery(core: ModuleType) -> None:
     state = core.prior_update(state, 50 * MIB, True)
     assert state == (3, 500 * MIB)
     prior = core.prior_read(state)
-    assert prior == 525 * MIB  # 500Mi + 5 %
+    assert prior == 515 * MIB  # 500Mi + 3 %
     empty = job([])
     s = size(core, empty, prior=prior)
     assert (s.phase, s.memory_limit, s.memory_request, s.cpu_request) == (0, prior, prior, 500)
     assert size(core, empty, CI, prior=prior).memory_limit == 4 * GIB  # the seed ignores the prior
-    # killed under the prior: E5 steps from the limit it was killed at like any kill, 2 x 525Mi (not the
+    # killed under the prior: E5 steps from the limit it was killed at like any kill, 2 x 515Mi (not the
     # 4Gi default at once); killed again, two kills in a row reach the default (E5's floor)
     killed = job([prior], clean=[KILLED], oom=[2], limit=[prior])
     s = size(core, killed, prior=prior)
-    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 1050 * MIB)
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 1, 1030 * MIB)
     twice = job([prior, 2 * prior], clean=[KILLED, KILLED], oom=[2, 2], limit=[prior, 2 * prior])
     s = size(core, twice, prior=prior)
-    assert (s.phase, s.consecutive, s.memory_limit) == (0, 2, 4 * GIB)  # 525Mi x 4 = 2100Mi, raised to 4Gi
+    assert (s.phase, s.consecutive, s.memory_limit) == (0, 2, 4 * GIB)  # 515Mi x 4 = 2060Mi, raised to 4Gi
     # a run killed under a limit of its own (above the prior) steps from that limit: the need is above it
     own = job([GIB], clean=[KILLED], oom=[2], limit=[GIB])
     assert size(core, own, prior=prior).memory_limit == 2 * GIB
@@ -225,7 +228,7 @@ def test_e7_cpu_without_buffer_on_the_request(core: ModuleType) -> None:
 def test_pins_and_ceiling_apply_to_efficient(core: ModuleType) -> None:
     pins = (-1, -1, -1, 64 * MIB, 0, 0, 0, 4)  # memory limit pinned at job scope
     s = size(core, job([100 * MIB] * 3), pins=pins)
-    # O3: the computed request (105Mi) is above the pinned limit: the more specific source wins
+    # O3: the computed request (103Mi) is above the pinned limit: the more specific source wins
     assert (s.memory_limit, s.memory_limit_source, s.memory_request, s.memory_request_source) == (
         64 * MIB, 4, 64 * MIB, 4,
     )  # fmt: skip

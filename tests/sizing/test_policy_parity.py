@@ -6,7 +6,7 @@ backtest side reads the same runs back through the backtest service's own loader
 and asks the core for its recommendation before each run (``backtest.recommend_before``, the call
 ``backtest_walk`` scores). Both cores run it through the ``CI_SIZER_PURE_PYTHON`` pass of CI.
 Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E11,
-the first-run prior (E6) across jobs, the window of 20 samples (E2) and the runs' durations (E11) included; the growth policy (G8)
+the first-run prior (E6) across jobs, the window of 30 samples (E2) and the runs' durations (E11) included; the growth policy (G8)
 and the grow block (G1-G5, issue 40), with runs that grew (G6) or were killed too late (G7).
 """
 
@@ -239,11 +239,11 @@ async def _fleet_scenario(db_url: str, plan: list[tuple[str, dict[str, Any]]]) -
 
 def test_efficient_parity_across_jobs_with_the_prior(db_url: str) -> None:
     """E6: new jobs' first runs are sized from the org's earlier jobs, in the backtest as live; a job
-    with 25 runs, some near the limit (samples, E1) and some killed, reaches past E2's 20 samples."""
+    with 40 runs, some near the limit (samples, E1) and some killed, reaches past E2's 30 samples."""
     plan: list[tuple[str, dict[str, Any]]] = []
     for k, name in enumerate(("a", "b", "c", "d", "e")):
         plan.append((name, container("build", cpu=100.0 + k, mem=(100 + 50 * k) * MIB, limit=GIB)))
-    for k in range(25):
+    for k in range(40):
         if k % 7 == 3:
             c = container("build", cpu=200.0, mem=980 * MIB, limit=GIB)  # S1's 95 % clause only
         elif k % 9 == 5:

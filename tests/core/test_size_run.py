@@ -1,6 +1,6 @@
 """``size_run``: the one home of the sizing policy, per run, on both core backends.
 
-- the efficient policy's rules (E1-E11, docs/sizing.md) worked out by hand;
+- the efficient policy's rules (E1-E12, docs/sizing.md) worked out by hand;
 - the compiled backend gives the reference's answers (hypothesis), for every policy code;
 - ``backtest_walk`` scores exactly what ``size_run`` recommends before each run;
 - at ``i == n``, ``size_run`` gives what the live ``compute()`` answers for the same history,

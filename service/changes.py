@@ -12,7 +12,10 @@ instead of sharing one (issue 38). It commits first and hands its job to the wor
 which sends one notification for every job committed meanwhile, in a transaction of its own that does
 not wait for the disk (a notification is never durable anyway: it is delivered at the commit, and a
 server that crashes drops every listening connection, which distrusts the caches). The POST answers
-once its job's notification is committed, as before: a run answered 201 has been announced. While that connection is down, the cache trusts nothing (every request reads the
+once its run is committed, without waiting for that notification (a round trip or two, and the
+POST's slowest answers: docs/performance.md); a worker killed in the millisecond between a commit
+and its batch leaves that run unannounced, as it did before the POST stopped waiting, and now after
+its 201 too. While that connection is down, the cache trusts nothing (every request reads the
 database) and it is rebuilt empty once the feed is back. On SQLite there is no feed: the writer's
 own process invalidates after its commit, and with several workers a short TTL bounds how long
 another worker can serve an answer from before a write (``CI_SIZER_SIZING_CACHE_TTL_SECONDS``).

@@ -6,8 +6,10 @@ with one statement on the lean asyncpg pool (``service/pgpool.py``), in its impl
 the job found or created, the run inserted ``ON CONFLICT DO NOTHING`` (rule I4), its containers from
 arrays (``unnest``). One statement is atomic: a fault or a timeout stores all of it or nothing. Once it
 has committed, the worker's ``changes.Notifier`` announces the job to the other workers and replicas,
-in one notification for all the jobs committed meanwhile, and the POST answers when it is sent: a
-``pg_notify`` in the statement itself put every POST's commit behind one lock (issue 38).
+in one notification for all the jobs committed meanwhile (a ``pg_notify`` in the statement itself put
+every POST's commit behind one lock, issue 38). The POST answers without waiting for that
+notification: the wait was one more round trip, often two (the batch in flight, then its own), and
+the POST's slowest answers (docs/performance.md, "The announcement's wait, removed").
 
 It only answers what it is sure of, and hands everything else, body and all, to the route, which
 answers as it always does (through the shared problem+json handlers):
@@ -259,13 +261,12 @@ class FastRuns:
         job_id, _run_pk = row
         body = prepared.body
         key = ScopeKey(body.org, body.repo, body.workflow, body.job)
-        # after the commit (the statement's own): this worker reads its own writes, the others are told
+        # after the commit (the statement's own): this worker reads its own writes; the others are told
+        # in the Notifier's next batch, which the answer does not wait for
         state.answers.invalidate(key)
-        announced = state.notifier.note(key)
+        state.notifier.note(key)
         if marks is not None:
             marks.append(time.perf_counter())
-        # the future itself is not cancelled by a timeout here (other POSTs wait for it too)
-        await asyncio.wait((announced,), timeout=settings.write_timeout)
         state.pruner.note(job_id, key)
         state.summaries.note(job_id, key)
         RUNS_CREATED.inc()
@@ -308,7 +309,7 @@ async def _execute(pool: Pool, args: list[Any]) -> tuple[int, int] | None:
 
 async def _execute_timed(pool: Pool, args: list[Any], marks: list[float]) -> tuple[int, int] | None:
     """``_execute`` with its phases marked (``CI_SIZER_SLOW_POST_LOG_MS``, a debug aid): the pool's
-    checkout, the statement, the commit (then ``_store`` marks the wait for the change's announcement).
+    checkout, the statement, the commit (then ``_store`` marks the answer).
     The statement runs in an explicit transaction here (BEGIN, the statement, COMMIT: two more round
     trips) so that the commit's own wait shows apart."""
     async with pool.acquire() as conn:
@@ -330,16 +331,15 @@ def _log_phases(threshold_ms: float, marks: list[float]) -> None:
     marks.append(time.perf_counter())  # answered
     if len(marks) < 6 or (marks[-1] - marks[0]) * 1000 < threshold_ms:
         return
-    checkout, statement, commit, release, announce = ((b - a) * 1000 for a, b in itertools.pairwise(marks))
+    checkout, statement, commit, release, answer = ((b - a) * 1000 for a, b in itertools.pairwise(marks))
     log.warning(
-        "slow POST of a run: %.1f ms (pool checkout %.1f, statement %.1f, commit %.1f, release %.1f, "
-        "announcement and answer %.1f)",
+        "slow POST of a run: %.1f ms (pool checkout %.1f, statement %.1f, commit %.1f, release %.1f, answer %.1f)",
         (marks[-1] - marks[0]) * 1000,
         checkout,
         statement,
         commit,
         release,
-        announce,
+        answer,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
@@ -152,8 +151,8 @@ async def _store(app: Ingest, uow: UnitOfWork, body: RunCreate) -> RunPublic:
     if done.run.result == "created" and app.notifier is not None:
         # to other workers after the commit, batched with the build path's runs (changes.Notifier): a
         # NOTIFY in the run's transaction would hold the database's notify lock through its commit's
-        # flush, and every announcement behind it (issue 38); answered once sent, as the build path
-        await asyncio.wait((app.notifier.note(key),), timeout=settings.write_timeout)
+        # flush, and every announcement behind it (issue 38); not waited for, as on the build path
+        app.notifier.note(key)
     RUNS_INGESTED.labels(result=done.run.result).inc()
     if done.run.result == "created" and not done.run.clean:
         OOM_SUSPECT_RUNS.inc()

@@ -1,4 +1,4 @@
-"""Issue 25 in the service: the ``efficient`` sizing policy (rules E1-E12) chosen by the setting
+"""Issue 25 in the service: the ``efficient`` sizing policy (rules E1-E13) chosen by the setting
 (``CI_SIZER_SIZING_POLICY`` / ``--sizing-policy``) or a per-scope override (``sizing_policy``, the most
 specific scope wins, NULL inherits), echoed in ``meta.policy`` and ``/api/v1/info``; the org's
 first-run prior (E6) stored in ``fleet_priors`` with each ingested run, surviving a restart. Through

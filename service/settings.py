@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     sizing_policy: Literal["seed", "efficient", "growth"] = Field(
         default="seed",
         description="the sizing policy of every job without a per-scope override: seed (rules S1-S17), "
-        "efficient (rules E1-E12, docs/sizing.md) or growth (rule G8: efficient aimed at a typical peak)",
+        "efficient (rules E1-E13, docs/sizing.md) or growth (rule G8: efficient aimed at a typical peak)",
     )
     max_memory: int | None = Field(default=None, description="node ceiling in bytes (rule S15)")
     max_backoff_memory: int = Field(

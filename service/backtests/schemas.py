@@ -31,7 +31,7 @@ class BacktestCreate(Strict):
         default=True, description="add the fixed default and the approximations of other right-sizers"
     )
     efficient: Annotated[bool, Field(strict=True)] = Field(
-        default=True, description="add the efficient sizing policy (rules E1-E12) beside each seed parameter set"
+        default=True, description="add the efficient sizing policy (rules E1-E13) beside each seed parameter set"
     )
 
     @field_validator("since", "until")

@@ -73,7 +73,7 @@ BASELINES = (
 
 def policies(param_sets: Sequence[Params], *, baselines: bool = True, efficient: bool = True) -> list[Policy]:
     """ci-sizer's seed policy with each parameter set, then (``efficient``) the efficient policy
-    (E1-E12) with each, the recorded limits, and (``baselines``) the baselines."""
+    (E1-E13) with each, the recorded limits, and (``baselines``) the baselines."""
     kinds = [("ci-sizer", "ci-sizer", core.POLICY_CI_SIZER)]
     if efficient:
         kinds.append(("efficient", "efficient", core.POLICY_EFFICIENT))

@@ -5,7 +5,7 @@ issue asks for: a run the recommendation would have OOM-killed must run again, s
 (memory request x duration, CPU request x duration) counts as waste, not only ``request - use``.
 Each run's recommendation is the core's ``size_run`` before it, as in the core's walk.
 
-``add_efficient_columns`` gives a job's series what the efficient policy (E1-E12) reads beyond the
+``add_efficient_columns`` gives a job's series what the efficient policy (E1-E13) reads beyond the
 seed's columns: the runs told apart as killed / clean / near the limit (``clean_e``, ``oom_e``) and
 the org's first-run prior before each run (``prior``, rule E6), learned from the org's earlier runs
 in time order as the live service learns it from the runs ingested before.

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--memory-qos", dest="qos_list", default="guaranteed", help="guaranteed, burstable; comma-separated"
     )
     bt.add_argument("--no-baselines", action="store_true", help="leave out the fixed default and the approximations")
-    bt.add_argument("--no-efficient", action="store_true", help="leave out the efficient policy (rules E1-E12)")
+    bt.add_argument("--no-efficient", action="store_true", help="leave out the efficient policy (rules E1-E13)")
     bt.add_argument("--jobs", type=int, default=10, help="riskiest jobs to list (default 10)")
     bt.add_argument("--database-url", help="SQLAlchemy URL (default: sqlite file ./ci-sizer.db)")
     bt.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -73,7 +73,7 @@ def add_settings_flags(p: argparse.ArgumentParser, *, serve: bool) -> None:
     p.add_argument("--memory-qos", help="guaranteed (default) or burstable (rule S16)")
     p.add_argument(
         "--sizing-policy",
-        help="seed (default), efficient (rules E1-E12) or growth (G8: efficient, its limit at a typical peak, for "
+        help="seed (default), efficient (rules E1-E13) or growth (G8: efficient, its limit at a typical peak, for "
         "fleets whose runners grow builds in place); a per-scope override can opt a job in or out",
     )
     p.add_argument(

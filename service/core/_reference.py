@@ -574,8 +574,8 @@ POLICY_FIXED = 1  # 500m / 4Gi, request = limit
 POLICY_KRR = 2  # approximation: CPU request p95 of the window's p95s, no CPU limit; memory max + 15%
 POLICY_VPA = 3  # approximation: p90 of the window's peaks + 15% for CPU and memory, limit = request
 POLICY_RECORDED = 4  # the memory limit each run reported (request = limit); no CPU figures
-POLICY_EFFICIENT = 5  # rules E1-E12 (docs/sizing.md), then the pins
-POLICY_GROWTH = 6  # rule G8: E1-E12 with the memory limit at a typical peak (growth covers the rest), then the pins
+POLICY_EFFICIENT = 5  # rules E1-E13 (docs/sizing.md), then the pins
+POLICY_GROWTH = 6  # rule G8: E1-E13 with the memory limit at a typical peak (growth covers the rest), then the pins
 
 #: ``clean`` column: the run is clean (rule S2); OOM-suspect only by S1's 95 % clause (no container
 #: was killed); otherwise (a container was killed or reported OOM). Booleans read as CLEAN / KILLED.
@@ -594,6 +594,10 @@ EFFICIENT_MARGIN_PCT = 3
 EFFICIENT_LEARNING_MARGIN_PCT = 20
 #: rule E3: the margin with a single sample, when nothing is known of how the job's peaks vary
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
+#: rule E13: E3's learning margin holds until a container has this many analysed samples. With 3-6 samples, 3 %
+#: over the highest leaves the next peak above the limit in 7-12 % of the traces' jobs, no less than the learning
+#: phase's own risk (6.7 % at 20 % with two samples); with 7, 3.5 % (docs/sizing.md)
+EFFICIENT_STEADY_SAMPLES = 7
 #: rule E11: a confident job whose runs reserve little (its memory need x its runs' mean duration, in MiB-seconds)
 #: gets E3's learning margin below EFFICIENT_CHEAP_MIB_SECONDS, and its first-sample margin below
 #: EFFICIENT_CHEAPEST_MIB_SECONDS: where the headroom costs less than the kills it saves, a kill priced at the
@@ -732,9 +736,10 @@ def _efficient(
     killed: int = -1,
     seconds: Sequence[float] | None = None,
 ) -> tuple[int, int, int, int, float, int, bool]:
-    """Rules E3-E10 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
+    """Rules E3-E13 for one container: ``(cpu_req, cpu_lim, mem_req, mem_lim, cpu_observed,
     mem_observed, capped)``; ``analysed`` the window's samples (E2), the container present in each.
-    ``growth``: rule G8, the confident memory need at the analysed peaks' p75 instead of their highest.
+    ``growth``: rule G8, the confident memory need at the analysed peaks' p75 instead of their highest (and no E13,
+    which is about the highest bounding the next peak).
     ``killed``: rule E10, the highest limit a run of the window was killed at (-1: none), read when no
     kill streak is running (``k == 0``). ``seconds``: rule E11, each run's duration (negative: unknown)."""
     if samples == 0:
@@ -759,6 +764,8 @@ def _efficient(
             margin = EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
         else:
             margin = EFFICIENT_LEARNING_MARGIN_PCT if samples == 2 else EFFICIENT_MARGIN_PCT
+            if samples > 2 and not growth and len(analysed) < EFFICIENT_STEADY_SAMPLES:
+                margin = EFFICIENT_LEARNING_MARGIN_PCT  # E13: too few samples for 3 % to bound the next peak
             if samples > 2 and k == 0 and seconds is not None:
                 margin = _cheap_margin(need, analysed, seconds, margin)  # E11
         limit = _with_margin(need, margin)  # E3, E8

@@ -885,6 +885,7 @@ OOM_KILLED = 2
 cdef long long _EFFICIENT_MARGIN_PCT = 3
 cdef long long _EFFICIENT_LEARNING_MARGIN_PCT = 20
 cdef long long _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = 50
+cdef Py_ssize_t _EFFICIENT_STEADY_SAMPLES = 7
 cdef Py_ssize_t _EFFICIENT_MIN_WINDOW = 30
 cdef long long _EFFICIENT_CHEAP_MIB_SECONDS = 2466
 cdef long long _EFFICIENT_CHEAPEST_MIB_SECONDS = 192
@@ -896,6 +897,7 @@ GROWTH_QUANTILE_QUARTERS = _GROWTH_QUANTILE_QUARTERS
 EFFICIENT_MARGIN_PCT = _EFFICIENT_MARGIN_PCT
 EFFICIENT_LEARNING_MARGIN_PCT = _EFFICIENT_LEARNING_MARGIN_PCT
 EFFICIENT_FIRST_SAMPLE_MARGIN_PCT = _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT
+EFFICIENT_STEADY_SAMPLES = _EFFICIENT_STEADY_SAMPLES
 EFFICIENT_MIN_WINDOW = _EFFICIENT_MIN_WINDOW
 EFFICIENT_CHEAP_MIB_SECONDS = _EFFICIENT_CHEAP_MIB_SECONDS
 EFFICIENT_CHEAPEST_MIB_SECONDS = _EFFICIENT_CHEAPEST_MIB_SECONDS
@@ -1101,7 +1103,7 @@ cdef void _size_run(
     ``max(runs, EFFICIENT_MIN_WINDOW)`` entries (``newest`` twice that: G8's peaks after the indices)."""
     cdef bint efficient = policy == 5 or policy == 6
     cdef Py_ssize_t window = _e2_window(runs, efficient)
-    cdef Py_ssize_t m = 0, count = 0, a, j, start
+    cdef Py_ssize_t m = 0, count = 0, a, j, start, analysed
     cdef long long samples = 0, phase, k, streak_limit, mem_observed, pod, need, request, limit, tmp, floor_, killed
     cdef long long cpu_request, cpu_limit
     cdef double cpu_observed, w
@@ -1121,6 +1123,7 @@ cdef void _size_run(
     for a in range(count):
         if c.present[<Py_ssize_t>newest[a]]:
             m += 1
+    analysed = m
     if policy == 2 or policy == 3:
         if m == 0:
             _fixed(out, phase, 500, 500, 4 * GIB)
@@ -1222,10 +1225,15 @@ cdef void _size_run(
                 limit = _with_margin(need, _EFFICIENT_FIRST_SAMPLE_MARGIN_PCT)
             elif samples == 2:
                 limit = _with_margin(need, _EFFICIENT_LEARNING_MARGIN_PCT)
-            elif k == 0:  # E11: where the runs reserve little, the headroom costs less than the kills it saves
-                limit = _with_margin(need, _cheap_margin(need, c, newest, count, _EFFICIENT_MARGIN_PCT))
             else:
-                limit = _with_margin(need, _EFFICIENT_MARGIN_PCT)
+                # E13: with fewer than EFFICIENT_STEADY_SAMPLES samples, 3 % over the highest is too little to bound
+                # the next peak (not G8's, which aims at a typical peak)
+                tmp = _EFFICIENT_MARGIN_PCT
+                if policy != 6 and analysed < _EFFICIENT_STEADY_SAMPLES:
+                    tmp = _EFFICIENT_LEARNING_MARGIN_PCT
+                if k == 0:  # E11: where the runs reserve little, the headroom costs less than the kills it saves
+                    tmp = _cheap_margin(need, c, newest, count, tmp)
+                limit = _with_margin(need, tmp)
         if k > 0:
             floor_ = 4 * GIB if k >= 2 else 0  # E5: two kills in a row get at least the default
             limit = _backoff(limit, k, streak_limit, ceiling, backoff_ceiling, floor_, &capped)

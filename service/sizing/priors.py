@@ -1,4 +1,4 @@
-"""What the ``efficient`` policy (rules E1-E12, issue 25) reads beyond the seed's history: which runs
+"""What the ``efficient`` policy (rules E1-E13, issue 25) reads beyond the seed's history: which runs
 were killed, and the org's first-run prior (E6) in ``fleet_priors``.
 
 A container is **killed** when it reports ``oom_killed``, ``oom_kill_events > 0`` or a peak above its

@@ -1,6 +1,6 @@
 """``size_run``: the one home of the sizing policy, per run, on both core backends.
 
-- the efficient policy's rules (E1-E12, docs/sizing.md) worked out by hand;
+- the efficient policy's rules (E1-E13, docs/sizing.md) worked out by hand;
 - the compiled backend gives the reference's answers (hypothesis), for every policy code;
 - ``backtest_walk`` scores exactly what ``size_run`` recommends before each run;
 - at ``i == n``, ``size_run`` gives what the live ``compute()`` answers for the same history,
@@ -74,17 +74,20 @@ def size(
 
 def test_e11_margin_where_the_runs_reserve_little(core: ModuleType) -> None:
     # rule E11: a confident job's margin follows what its runs reserve (need x mean duration), in MiB-seconds
-    mem = [90 * MIB, 100 * MIB, 95 * MIB]
+    mem = [90 * MIB, 100 * MIB, 95 * MIB] + [90 * MIB] * 4  # seven samples: E3's 3 % (E13)
     # 100Mi for 1 s: 100 MiB-s, under EFFICIENT_CHEAPEST_MIB_SECONDS (192) -> E3's first-sample 50 %
-    assert size(core, job(mem), seconds=[1.0, 1.0, 1.0]).memory_limit == 150 * MIB
+    assert size(core, job(mem), seconds=[1.0] * 7).memory_limit == 150 * MIB
     # 100Mi for 10 s: 1,000 MiB-s, under EFFICIENT_CHEAP_MIB_SECONDS (2,466) -> E3's learning 20 %
-    assert size(core, job(mem), seconds=[5.0, 10.0, 15.0]).memory_limit == 120 * MIB
+    assert size(core, job(mem), seconds=[5.0, 10.0, 15.0] + [10.0] * 4).memory_limit == 120 * MIB
     # 100Mi for 30 s: 3,000 MiB-s, dear -> E3's 3 %; the same without durations, or with none known
-    assert size(core, job(mem), seconds=[30.0, 30.0, 30.0]).memory_limit == 103 * MIB
+    assert size(core, job(mem), seconds=[30.0] * 7).memory_limit == 103 * MIB
     assert size(core, job(mem)).memory_limit == 103 * MIB
-    assert size(core, job(mem), seconds=[-1.0, -1.0, -1.0]).memory_limit == 103 * MIB
+    assert size(core, job(mem), seconds=[-1.0] * 7).memory_limit == 103 * MIB
     # an unknown duration is left out of the mean: 1 s known -> cheapest
-    assert size(core, job(mem), seconds=[-1.0, 1.0, -1.0]).memory_limit == 150 * MIB
+    assert size(core, job(mem), seconds=[-1.0, 1.0] + [-1.0] * 5).memory_limit == 150 * MIB
+    # with fewer than seven samples a dear job keeps E3's learning 20 % (E13), a cheap one E11's 50 %
+    assert size(core, job(mem[:3]), seconds=[30.0] * 3).memory_limit == 120 * MIB
+    assert size(core, job(mem[:3]), seconds=[1.0] * 3).memory_limit == 150 * MIB
     # the mean is over the analysed samples only: a long killed run does not make the job dear
     killed = job([90 * MIB, 100 * MIB, 95 * MIB, 80 * MIB, 70 * MIB], clean=[CLEAN, CLEAN, CLEAN, KILLED, CLEAN],
                  oom=[0, 0, 0, 2, 0], limit=[-1, -1, -1, 60 * MIB, -1])  # fmt: skip
@@ -92,19 +95,22 @@ def test_e11_margin_where_the_runs_reserve_little(core: ModuleType) -> None:
     # learning keeps E3's margins whatever the durations (one sample 50 %, two 20 %)
     assert size(core, job(mem[:2]), seconds=[1.0, 1.0]).memory_limit == 120 * MIB
     # E5 speaks while a kill streak runs: the step is from E3's 3 % limit, as without durations
-    streak = job([*mem, 50 * MIB], clean=[CLEAN, CLEAN, CLEAN, KILLED], oom=[0, 0, 0, 2], limit=[-1, -1, -1, 60 * MIB])
-    assert size(core, streak, seconds=[1.0] * 4).memory_limit == size(core, streak).memory_limit
+    streak = job([*mem, 50 * MIB], clean=[CLEAN] * 7 + [KILLED], oom=[0] * 7 + [2], limit=[-1] * 7 + [60 * MIB])
+    assert size(core, streak, seconds=[1.0] * 8).memory_limit == size(core, streak).memory_limit
     # the seed policy reads no durations
-    assert size(core, job(mem), CI, seconds=[1.0] * 3) == size(core, job(mem), CI)
+    assert size(core, job(mem), CI, seconds=[1.0] * 7) == size(core, job(mem), CI)
+
+
+STEADY = [90 * MIB, 100 * MIB, 95 * MIB, 90 * MIB, 95 * MIB, 90 * MIB, 95 * MIB]  # seven samples (E13)
 
 
 def test_e3_e8_margin_over_the_highest_peak(core: ModuleType) -> None:
-    # rule E3: three samples, highest 100Mi -> limit 100Mi + 3 % = 103Mi (E8: a whole MiB, no power of two)
-    s = size(core, job([90 * MIB, 100 * MIB, 95 * MIB]))
+    # rule E3: seven samples, highest 100Mi -> limit 100Mi + 3 % = 103Mi (E8: a whole MiB, no power of two)
+    s = size(core, job(STEADY))
     assert (s.phase, s.memory_limit, s.memory_request) == (2, 103 * MIB, 103 * MIB)
     assert s.memory_observed == 100 * MIB
     # burstable (E9): the request is the highest peak itself, the limit keeps the margin
-    b = size(core, job([90 * MIB, 100 * MIB, 95 * MIB]), guaranteed=False)
+    b = size(core, job(STEADY), guaranteed=False)
     assert (b.memory_request, b.memory_limit) == (100 * MIB, 103 * MIB)
     # the seed would give the next power of two: 128Mi (rule S12)
     assert size(core, job([90 * MIB, 100 * MIB, 95 * MIB]), CI).memory_limit == 128 * MIB
@@ -115,6 +121,30 @@ def test_e3_learning_margin(core: ModuleType) -> None:
     assert size(core, job([100 * MIB])).memory_limit == 150 * MIB
     assert size(core, job([90 * MIB, 100 * MIB])).memory_limit == 120 * MIB
     assert size(core, job([100 * MIB]), CI).memory_limit == 512 * MIB
+
+
+def test_e13_learning_margin_until_seven_samples(core: ModuleType) -> None:
+    # rule E13: confident from three samples (S4), but E3's learning 20 % holds until the container has
+    # EFFICIENT_STEADY_SAMPLES (7) analysed samples: 3 % over the highest of 3-6 bounds the next peak too seldom
+    assert core.EFFICIENT_STEADY_SAMPLES == 7
+    for n in range(3, 7):
+        s = size(core, job([100 * MIB] * n))
+        assert (s.phase, s.memory_limit) == (2, 120 * MIB), n
+    assert size(core, job([100 * MIB] * 7)).memory_limit == 103 * MIB
+    # a container counts the analysed runs it is in (S6): seven samples of the job, six of them with it
+    absent = dict(job([100 * MIB] * 7), present=[1, 1, 1, 0, 1, 1, 1])
+    assert size(core, absent).memory_limit == 120 * MIB
+    # E10's remembered kill gets the same 20 %; E5 steps from it (max(120Mi, 105Mi) x 2)
+    killed = job([100 * MIB] * 3 + [105 * MIB, 100 * MIB], clean=[CLEAN] * 3 + [KILLED, CLEAN], oom=[0, 0, 0, 2, 0],
+                 limit=[-1, -1, -1, 105 * MIB, 210 * MIB])  # fmt: skip
+    assert size(core, killed).memory_limit == 126 * MIB  # 105Mi x 1.2
+    assert size(core, killed, i=4).memory_limit == 240 * MIB
+    # E11's wider margin for cheap runs still applies (50 %); a dear job keeps E13's 20 %
+    assert size(core, job([100 * MIB] * 4), seconds=[1.0] * 4).memory_limit == 150 * MIB
+    assert size(core, job([100 * MIB] * 4), seconds=[60.0] * 4).memory_limit == 120 * MIB
+    # the growth policy (G8) aims at a typical peak, not the highest: no E13; the seed is unchanged
+    assert size(core, job([100 * MIB] * 4), GROWTH).memory_limit == 103 * MIB
+    assert size(core, job([100 * MIB] * 4), CI).memory_limit == 128 * MIB
 
 
 def test_e8_floor(core: ModuleType) -> None:
@@ -128,7 +158,7 @@ def test_e1_near_limit_run_is_a_sample(core: ModuleType) -> None:
     # the efficient policy counts it as a sample; the seed stays in the learning phase
     h = job([100 * MIB, 100 * MIB, 101 * MIB], clean=[CLEAN, CLEAN, NEAR], oom=[0, 0, 1], limit=[-1, -1, 105 * MIB])
     e = size(core, h)
-    assert (e.phase, e.memory_limit, e.consecutive) == (2, 105 * MIB, 0)  # 101Mi x 1.03 = 104.03 -> 105Mi
+    assert (e.phase, e.memory_limit, e.consecutive) == (2, 122 * MIB, 0)  # E13, three samples: 101Mi x 1.2 -> 122Mi
     seed = size(core, h, CI)
     assert (seed.phase, seed.consecutive) == (1, 1)
 
@@ -145,13 +175,13 @@ def test_e2_window_is_at_least_30_samples(core: ModuleType) -> None:
 
 
 def test_e5_a_kill_doubles_two_kills_reach_the_default(core: ModuleType) -> None:
-    base = [100 * MIB] * 3
-    one = job([*base, 105 * MIB], clean=[CLEAN] * 3 + [KILLED], oom=[0, 0, 0, 2], limit=[-1, -1, -1, 105 * MIB])
+    base = [100 * MIB] * 7  # seven samples: E3's 3 % (E13), 103Mi, below the 105Mi killed limit
+    one = job([*base, 105 * MIB], clean=[CLEAN] * 7 + [KILLED], oom=[0] * 7 + [2], limit=[-1] * 7 + [105 * MIB])
     s = size(core, one)
     assert (s.consecutive, s.backoff_factor, s.memory_limit) == (1, 2, 210 * MIB)
     two = job(
-        [*base, 105 * MIB, 210 * MIB], clean=[CLEAN] * 3 + [KILLED, KILLED], oom=[0, 0, 0, 2, 2],
-        limit=[-1, -1, -1, 105 * MIB, 210 * MIB],
+        [*base, 105 * MIB, 210 * MIB], clean=[CLEAN] * 7 + [KILLED, KILLED], oom=[0] * 7 + [2, 2],
+        limit=[-1] * 7 + [105 * MIB, 210 * MIB],
     )  # fmt: skip
     s = size(core, two)
     assert (s.consecutive, s.memory_limit) == (2, 4 * GIB)  # 105Mi x 4 = 420Mi, raised to the default
@@ -160,21 +190,21 @@ def test_e5_a_kill_doubles_two_kills_reach_the_default(core: ModuleType) -> None
 def test_e10_a_kill_is_remembered_after_its_streak(core: ModuleType) -> None:
     # rule E10: killed at 105Mi, then a clean 100Mi run: the need is the 105Mi the run was killed at, not
     # the samples' 100Mi that got it killed (105Mi x 1.03 = 108.15 -> 109Mi, E3 and E8)
-    kill = {"clean": [CLEAN] * 3 + [KILLED], "oom": [0, 0, 0, 2], "limit": [-1, -1, -1, 105 * MIB]}
-    h = job([100 * MIB] * 3 + [105 * MIB, 100 * MIB], clean=[*kill["clean"], CLEAN], oom=[*kill["oom"], 0],
+    kill = {"clean": [CLEAN] * 7 + [KILLED], "oom": [0] * 7 + [2], "limit": [-1] * 7 + [105 * MIB]}
+    h = job([100 * MIB] * 7 + [105 * MIB, 100 * MIB], clean=[*kill["clean"], CLEAN], oom=[*kill["oom"], 0],
             limit=[*kill["limit"], 210 * MIB])  # fmt: skip
     s = size(core, h)
     assert (s.consecutive, s.memory_limit, s.memory_observed) == (0, 109 * MIB, 100 * MIB)
     # the killed run's reported peak may be below the limit it was killed at: the limit counts
-    low = dict(h, mem_peak=[100 * MIB] * 3 + [60 * MIB, 100 * MIB])
+    low = dict(h, mem_peak=[100 * MIB] * 7 + [60 * MIB, 100 * MIB])
     assert size(core, low).memory_limit == 109 * MIB
     # only the container that was killed: present elsewhere, absent from the killed run, it is not raised
-    absent = dict(h, present=[1, 1, 1, 0, 1])
+    absent = dict(h, present=[1] * 7 + [0, 1])
     assert size(core, absent).memory_limit == 103 * MIB
     # the seed is unchanged (S14 after the streak: nothing)
     assert size(core, h, CI).memory_limit == 128 * MIB
     # while the streak runs, E5 alone speaks: 105Mi doubled once, not the killed limit plus a margin doubled
-    assert size(core, h, i=4).memory_limit == 210 * MIB
+    assert size(core, h, i=8).memory_limit == 210 * MIB
     # a kill older than the oldest analysed sample (E2's 30) is forgotten, as E5's streak would be
     old = job([100 * MIB, 105 * MIB] + [100 * MIB] * 30, clean=[CLEAN, KILLED] + [CLEAN] * 30,
               oom=[0, 2] + [0] * 30, limit=[-1, 105 * MIB] + [-1] * 30)  # fmt: skip
@@ -358,6 +388,32 @@ def test_e12_backends_agree(n: int, data: st.DataObject, runs: int, policy: int)
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    n=st.integers(1, 12),
+    data=st.data(),
+    runs=st.integers(1, 8),
+    policy=st.sampled_from([EFFICIENT, GROWTH]),
+    guaranteed=st.booleans(),
+)
+def test_e13_backends_agree(n: int, data: st.DataObject, runs: int, policy: int, guaranteed: bool) -> None:
+    # rule E13: histories around EFFICIENT_STEADY_SAMPLES (7) samples, with kills, S1-only runs, absent runs and
+    # durations on both sides of E11's thresholds, so the sample count, E10, E11 and E5 meet E13 in both cores
+    cy = compiled()
+    assert cy is not None
+    mem = data.draw(st.lists(st.sampled_from([20 * MIB, 100 * MIB, 101 * MIB, 300 * MIB]), min_size=n, max_size=n))
+    clean = data.draw(st.lists(st.sampled_from([CLEAN, CLEAN, CLEAN, NEAR, KILLED]), min_size=n, max_size=n))
+    h = job(mem, clean=clean, oom=[2 if c == KILLED else 1 if c == NEAR else 0 for c in clean],
+            limit=data.draw(st.lists(st.sampled_from([-1, 90 * MIB, 150 * MIB]), min_size=n, max_size=n)))  # fmt: skip
+    h["present"] = data.draw(st.lists(st.sampled_from([0, 1, 1, 1]), min_size=n, max_size=n))
+    seconds = data.draw(st.one_of(st.none(), st.lists(st.sampled_from([-1.0, 1.0, 20.0, 600.0]), min_size=n,
+                                                      max_size=n)))  # fmt: skip
+    for i in range(n + 1):
+        args = (i, *h.values(), -1, policy, runs, 20, guaranteed, NO_PINS, 64 * GIB, -1, seconds)
+        assert tuple(cy.size_run(*args)) == tuple(REF.size_run(*args))
+
+
+@pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")
 @settings(max_examples=examples(200), deadline=None)
 @given(
     peaks=st.lists(st.tuples(st.integers(0, 64 * GIB), st.booleans()), max_size=30),
@@ -380,7 +436,7 @@ def test_constants_agree() -> None:
         "POLICY_EFFICIENT", "RUN_KILLED", "RUN_CLEAN", "RUN_NEAR_LIMIT", "OOM_NONE", "OOM_NEAR_LIMIT", "OOM_KILLED",
         "EFFICIENT_MARGIN_PCT", "EFFICIENT_LEARNING_MARGIN_PCT", "EFFICIENT_FIRST_SAMPLE_MARGIN_PCT",
         "EFFICIENT_MIN_WINDOW", "EFFICIENT_CHEAP_MIB_SECONDS", "EFFICIENT_CHEAPEST_MIB_SECONDS", "PRIOR_MIN_JOBS",
-        "PRIOR_TWO_JOBS_MARGIN_PCT", "EFFICIENT_CPU_TIME_PCT",
+        "PRIOR_TWO_JOBS_MARGIN_PCT", "EFFICIENT_CPU_TIME_PCT", "EFFICIENT_STEADY_SAMPLES",
         "PRIOR_EMPTY", "SIZED_FIELDS",
     ):  # fmt: skip
         assert getattr(cy, name) == getattr(REF, name), name

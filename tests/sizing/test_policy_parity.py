@@ -5,7 +5,7 @@ Random histories go through the real API (ingest, overrides, sizing) on SQLite a
 backtest side reads the same runs back through the backtest service's own loader and pin resolution
 and asks the core for its recommendation before each run (``backtest.recommend_before``, the call
 ``backtest_walk`` scores). Both cores run it through the ``CI_SIZER_PURE_PYTHON`` pass of CI.
-Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E12,
+Rules S3-S17 and O2-O3; for the efficient policy (issue 25, the org opted in by an override) E1-E13,
 the first-run prior (E6) across jobs, the window of 30 samples (E2) and the runs' durations (E11) included; the growth policy (G8)
 and the grow block (G1-G5, issue 40), with runs that grew (G6) or were killed too late (G7).
 """

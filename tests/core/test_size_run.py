@@ -382,8 +382,15 @@ def test_e12_backends_agree(n: int, data: st.DataObject, runs: int, policy: int)
     h = job([100 * MIB] * n, cpu=cpu, clean=data.draw(st.lists(st.sampled_from([CLEAN, CLEAN, NEAR, KILLED]),
             min_size=n, max_size=n)))  # fmt: skip
     h["present"] = data.draw(st.lists(st.sampled_from([0, 1, 1, 1]), min_size=n, max_size=n))
-    for i in range(n + 1):
-        args = (i, *h.values(), -1, policy, runs, 20, True, NO_PINS, 64 * GIB, -1, seconds)
+    _agree_before_every_run(cy, h, policy, runs, True, seconds)
+
+
+def _agree_before_every_run(
+    cy: ModuleType, h: dict[str, list[Any]], policy: int, runs: int, guaranteed: bool, seconds: list[float] | None
+) -> None:
+    """Both cores give the same answer before each run of the history ``h`` (and after its last)."""
+    for i in range(len(h["clean"]) + 1):
+        args = (i, *h.values(), -1, policy, runs, 20, guaranteed, NO_PINS, 64 * GIB, -1, seconds)
         assert tuple(cy.size_run(*args)) == tuple(REF.size_run(*args))
 
 
@@ -408,9 +415,7 @@ def test_e13_backends_agree(n: int, data: st.DataObject, runs: int, policy: int,
     h["present"] = data.draw(st.lists(st.sampled_from([0, 1, 1, 1]), min_size=n, max_size=n))
     seconds = data.draw(st.one_of(st.none(), st.lists(st.sampled_from([-1.0, 1.0, 20.0, 600.0]), min_size=n,
                                                       max_size=n)))  # fmt: skip
-    for i in range(n + 1):
-        args = (i, *h.values(), -1, policy, runs, 20, guaranteed, NO_PINS, 64 * GIB, -1, seconds)
-        assert tuple(cy.size_run(*args)) == tuple(REF.size_run(*args))
+    _agree_before_every_run(cy, h, policy, runs, guaranteed, seconds)
 
 
 @pytest.mark.skipif(PURE or compiled() is None, reason="the compiled backend is not built")

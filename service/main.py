@@ -88,9 +88,13 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         # PostgreSQL: the build path's misses and single-run POSTs go through a lean asyncpg pool
         # (sizing/fastpath.py, runs/fastpath.py); SQLite's POSTs stay on the routes
         app.state.pgpool = None if settings.is_sqlite else lean_pool(settings)
-        # SQLite: the build path's misses are read in one hop to a thread of its own (sizing/sqliteread.py)
+        # SQLite: the build path's misses are read on the loop, else on a thread (sizing/sqliteread.py)
         app.state.sqlite_reads = (
-            sqliteread.reads_for(settings.database_url, engine, busy_timeout=connect) if settings.is_sqlite else None
+            sqliteread.reads_for(
+                settings.database_url, engine, busy_timeout=connect, deadline=settings.sizing_deadline_ms / 1000
+            )
+            if settings.is_sqlite
+            else None
         )
         app.state.sessionmaker = build_sessionmaker(engine)
         app.state.write_sessionmaker = build_sessionmaker(write_engine)

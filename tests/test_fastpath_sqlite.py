@@ -1,6 +1,7 @@
 """The SQLite build path answered before routing (service/sizing/fastpath.py, sizing/sqliteread.py):
-a sizing miss read in one hop to a thread with a read-only connection of its own (or, for an
-in-memory database, to a pooled aiosqlite connection's thread), with the route's answers, rules and
+a sizing miss read on the event loop with a read-only connection of its own, giving way to a thread
+when it would wait for a lock or runs past its budget (or, for an in-memory database, read in one hop
+to a pooled aiosqlite connection's thread), with the route's answers, rules and
 fail-open promises. SQLite only: PostgreSQL's misses have their own one-statement read
 (tests/test_fastpath_pg.py)."""
 
@@ -18,6 +19,7 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from service import migrations
 from service.keys import ScopeKey
 from service.sizing import service as sizing_service
 from service.sizing import sqliteread
@@ -131,8 +133,12 @@ async def test_one_hop_answers_as_the_route_reads_them(make_client: Any, policy:
         seen: set[bytes] = set()
         policies: set[str] = set()
         scopes: set[str] = set()
-        reader = app.state.sqlite_reads
-        assert isinstance(reader, sqliteread.Reader)  # a database file: connections of its own
+        assert isinstance(app.state.sqlite_reads, sqliteread.Reader)  # a database file: connections of its own
+        path = app.state.sqlite_reads.path
+        # every read inline (a budget no read reaches, even on a busy machine), and every read interrupted
+        # inline at once (a budget of 0) and read again on a thread
+        reader = sqliteread.Reader(path, inline_budget=60)
+        giving_way = sqliteread.Reader(path, inline_budget=0, inline_pause=0)
         for j in JOBS:
             for params in PARAMS:
                 async with engine.connect() as conn:
@@ -140,6 +146,7 @@ async def test_one_hop_answers_as_the_route_reads_them(make_client: Any, policy:
                 b = comparable(slow.answer.as_dict())
                 for fast in (
                     await reader.recommend(key=key_of(j), params=params, policy=pol),
+                    await giving_way.recommend(key=key_of(j), params=params, policy=pol),
                     await sqliteread.recommend(engine=engine, key=key_of(j), params=params, policy=pol),
                 ):
                     a = comparable(fast.answer.as_dict())
@@ -149,6 +156,11 @@ async def test_one_hop_answers_as_the_route_reads_them(make_client: Any, policy:
                 seen.add(orjson.dumps(a))
                 policies.add(a["meta"]["policy"])
                 scopes.add(a["meta"]["override_scope"])
+        await giving_way.close()
+        await reader.close()
+        # both ways were taken: inline, and on a thread after an interrupted inline read
+        assert reader.inline_reads == len(JOBS) * len(PARAMS)
+        assert giving_way.gave_way >= (len(JOBS) - 2) * len(PARAMS)  # all but the two jobs never seen
         # the comparison covered answers of every kind, not one default compared with itself
         assert len(seen) >= 30
         assert {"efficient", "growth"} <= policies
@@ -188,11 +200,14 @@ async def test_the_front_answers_misses_byte_for_byte_as_the_route(
                 app.state.sqlite_reads = reads
                 before = len(reads_seen)
                 front = await client.get(sizing_path(j), params=query)
-                assert len(reads_seen) == before + 1  # read by the one-hop path
+                # read by the front: inline, or twice when the inline read ran past its budget on a
+                # busy machine and gave way to a thread
+                assert reads_seen[before:] in ([key_of(j)], [key_of(j)] * 2)
+                after = len(reads_seen)
                 answers.invalidate(key_of(j))
                 app.state.sqlite_reads = None  # the route's read
                 route = await client.get(sizing_path(j), params=query)
-                assert len(reads_seen) == before + 1
+                assert len(reads_seen) == after
                 assert front.status_code == route.status_code == 200, (front.text, route.text)
                 assert front.headers["content-type"] == route.headers["content-type"]
                 assert "ci-sizer-degraded" not in front.headers
@@ -270,15 +285,107 @@ async def test_a_broken_read_answers_degraded_on_the_front_and_the_route(make_cl
 SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT count(*) FROM c"
 
 
+async def test_a_miss_is_read_inline_while_the_threads_are_busy(make_client: Any) -> None:
+    # every reading thread busy with a slow statement: the miss does not wait for them, it is read on
+    # the event loop (no hop to a thread) and answered fresh
+    async with make_client(sizing_deadline_ms=3000) as client:
+        for n in range(1, 4):
+            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
+        app: Any = client.app  # type: ignore[attr-defined]
+        reads = app.state.sqlite_reads
+        assert isinstance(reads, sqliteread.Reader)
+        # a budget no read reaches, even on a busy machine: the read is inline whatever the load
+        app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=60)
+        loop = asyncio.get_running_loop()
+        busy = [
+            loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
+            for _ in range(reader._executor._max_workers)
+        ]
+        await asyncio.sleep(0.05)
+        r = await asyncio.wait_for(client.get(sizing_path()), 20)
+        assert not all(b.done() for b in busy)  # answered while the threads were still busy
+        await asyncio.gather(*busy)
+        app.state.sqlite_reads = reads
+        await reader.close()
+        assert r.status_code == 200
+        assert "ci-sizer-degraded" not in r.headers
+        assert r.json()["meta"]["clean_samples"] == 3
+        assert reader.inline_reads == 1
+        assert reader.gave_way == 0
+
+
+async def test_a_read_past_its_budget_pauses_inline_reads(make_client: Any) -> None:
+    # a read that held the loop past its budget (here a budget of 0) sends the misses that follow to
+    # the threads for the pause, without trying inline first; each answer is still the right one
+    async with make_client() as client:
+        for n in range(1, 4):
+            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
+        app: Any = client.app  # type: ignore[attr-defined]
+        good = comparable((await client.get(sizing_path())).json())
+        reads = app.state.sqlite_reads
+        app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=0, inline_pause=60)
+        try:
+            for _ in range(3):
+                app.state.answers.invalidate(key_of(JOB))
+                r = await client.get(sizing_path())
+                assert r.status_code == 200
+                assert "ci-sizer-degraded" not in r.headers
+                assert comparable(r.json()) == good
+            # the first tried inline (interrupted, or finished past the budget); the next two did not try
+            assert reader.inline_reads + reader.gave_way == 1
+        finally:
+            app.state.sqlite_reads = reads
+            await reader.close()
+
+
+async def test_a_locked_database_gives_way_to_a_thread_without_holding_the_loop(tmp_path: Any) -> None:
+    # a database in rollback-journal mode (not the service's WAL) with a writer holding its lock: the
+    # inline read gives way at once (busy_timeout 0: the event loop keeps turning), the thread waits
+    # for the lock within busy_timeout and answers once the writer is done
+    url = f"sqlite+aiosqlite:///{tmp_path / 'locked.db'}"
+    migrations.upgrade(url)
+    writer = sqlite3.connect(database_path(url), isolation_level=None)
+    assert writer.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+    reader = sqliteread.Reader(database_path(url), busy_timeout=5)
+    try:
+        writer.execute("BEGIN EXCLUSIVE")
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, writer.execute, "COMMIT")
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.01)
+                ticks += 1
+
+        beat = asyncio.ensure_future(ticker())
+        started = loop.time()
+        rec = await reader.recommend(key=key_of(UNSEEN), params=SizingParams(), policy=sizing_service.Policy())
+        took = loop.time() - started
+        beat.cancel()
+        assert rec.job_id is None
+        assert rec.answer.meta.phase == "unknown"
+        assert took >= 0.25  # it waited for the lock, on the thread
+        assert ticks >= 10  # while the loop went on
+        assert reader.gave_way == 1
+        assert reader.inline_reads == 0
+    finally:
+        await reader.close()
+        writer.close()
+
+
 async def test_a_slow_read_answers_degraded_at_the_deadline(make_client: Any) -> None:
-    # every reading thread busy with a slow statement: the miss waits behind them, and the deadline
-    # answers first, degraded; the read left behind does not disturb what follows
+    # a read that gives way to the threads (its inline budget 0) while every reading thread is busy
+    # with a slow statement: the miss waits behind them, and the deadline answers first, degraded; the
+    # read left behind does not disturb what follows
     async with make_client(sizing_deadline_ms=300) as client:
         for n in range(1, 4):
             assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
         app: Any = client.app  # type: ignore[attr-defined]
-        reader = app.state.sqlite_reads
-        assert isinstance(reader, sqliteread.Reader)
+        reads = app.state.sqlite_reads
+        assert isinstance(reads, sqliteread.Reader)
+        app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=0, inline_pause=0)
         loop = asyncio.get_running_loop()
         busy = [
             loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
@@ -292,10 +399,13 @@ async def test_a_slow_read_answers_degraded_at_the_deadline(make_client: Any) ->
         assert r.status_code == 200
         assert r.headers["ci-sizer-degraded"] == "true"
         assert took < 1  # the deadline, not the slow statements
+        assert reader.gave_way == 1
         fine = await client.get(sizing_path())
         assert fine.status_code == 200
         assert "ci-sizer-degraded" not in fine.headers
         assert fine.json()["meta"]["clean_samples"] == 3
+        app.state.sqlite_reads = reads
+        await reader.close()
 
 
 async def test_an_exhausted_pool_answers_degraded_at_the_deadline(make_client: Any) -> None:
@@ -340,6 +450,15 @@ async def test_the_reads_open_a_database_file_and_never_create_one(tmp_path: Any
     try:
         assert isinstance(sqliteread.reads_for("sqlite+aiosqlite://", engine, busy_timeout=1), sqliteread.EngineReads)
         assert isinstance(sqliteread.reads_for(sqlite_only, engine, busy_timeout=1), sqliteread.Reader)
+        # an inline read never holds the loop past the sizing deadline, nor past its own budget
+        short = sqliteread.reads_for(sqlite_only, engine, busy_timeout=1, deadline=0.002)
+        assert isinstance(short, sqliteread.Reader)
+        assert short.inline_budget == 0.002
+        long = sqliteread.reads_for(sqlite_only, engine, busy_timeout=1, deadline=2)
+        assert isinstance(long, sqliteread.Reader)
+        assert long.inline_budget == sqliteread.INLINE_BUDGET_SECONDS
+        await short.close()
+        await long.close()
         missing = tmp_path / "absent.db"
         reader = sqliteread.reads_for(f"sqlite+aiosqlite:///{missing}", engine, busy_timeout=1)
         assert isinstance(reader, sqliteread.Reader)

@@ -15,8 +15,9 @@ On PostgreSQL (the lifespan sets ``app.state.pgpool``, a lean asyncpg pool) a mi
 as well: one statement (``sizing/pgread.py``) within the sizing deadline, the same ``compute`` and
 core, the answer cached under a ticket as the route caches it, and on a database fault or past the
 deadline the degraded answer (200, ``CI-Sizer-Degraded: true``). On SQLite (the lifespan sets
-``app.state.sqlite_reads``) a miss is answered here the same way, its reads in one hop to a thread
-with a read-only connection of its own (``sizing/sqliteread.py``), every policy included.
+``app.state.sqlite_reads``) a miss is answered here the same way, every policy included: read on the
+event loop with a read-only connection of its own, or on a thread when that read would wait for a lock
+or runs past its budget (``sizing/sqliteread.py``).
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ class CachedSizing:
 
     async def _miss(self, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         """A cache miss: on PostgreSQL the answer read with one statement through the lean pool
-        (``sizing/pgread.py``), on SQLite in one hop to a reading thread (``sizing/sqliteread.py``),
+        (``sizing/pgread.py``), on SQLite on the loop or a reading thread (``sizing/sqliteread.py``),
         within the sizing deadline, computed by the same ``compute``, cached; on a database fault or past the deadline the degraded answer (fail-open, 200), as the
         route answers it. None (the route answers) on PostgreSQL when the job is sized by the
         ``efficient`` policy."""
@@ -220,9 +221,16 @@ class CachedSizing:
                 async with asyncio.timeout(deadline):
                     rec = await _read(pool, key, params.key, policy, state.state_repair)
             else:
-                # ``db.within``, as the route: a read on SQLite's thread cannot be interrupted (a lock
-                # waits up to busy_timeout), so it is left to finish in the background
-                rec = await within(deadline, state.sqlite_reads.recommend(key=key, params=params.key, policy=policy))
+                # read inline on the loop (bounded by its own budget, never waiting for a lock), else
+                # on a thread within ``db.within``, as the route: a read on SQLite's thread cannot be
+                # interrupted (a lock waits up to busy_timeout), so it is left to finish in the background
+                reads = state.sqlite_reads
+                # one turn of the loop first, as when every read went to a thread: without it the
+                # cold start's tail doubled (docs/performance.md, "Cold GET on SQLite")
+                await asyncio.sleep(0)
+                rec = reads.inline(key=key, params=params.key, policy=policy)
+                if rec is None:
+                    rec = await within(deadline, reads.on_thread(key=key, params=params.key, policy=policy))
         except _FAULTS as exc:
             CACHE_MISS.inc()
             DEGRADED_ANSWERS.inc()

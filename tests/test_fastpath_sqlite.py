@@ -285,22 +285,34 @@ async def test_a_broken_read_answers_degraded_on_the_front_and_the_route(make_cl
 SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT count(*) FROM c"
 
 
+async def three_runs_and_a_reader(client: httpx.AsyncClient, **options: Any) -> tuple[Any, Any, sqliteread.Reader]:
+    """Three runs of JOB stored, and the app's reads swapped for a ``Reader`` with ``options`` on the
+    same file: (the app, its own reads to put back, the new reader)."""
+    for n in range(1, 4):
+        assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
+    app: Any = client.app  # type: ignore[attr-defined]
+    reads = app.state.sqlite_reads
+    assert isinstance(reads, sqliteread.Reader)
+    app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, **options)
+    return app, reads, reader
+
+
+def keep_busy(reader: sqliteread.Reader) -> list[asyncio.Future[Any]]:
+    """Every reading thread of ``reader`` busy with ``SLOW``."""
+    loop = asyncio.get_running_loop()
+    return [
+        loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
+        for _ in range(reader._executor._max_workers)
+    ]
+
+
 async def test_a_miss_is_read_inline_while_the_threads_are_busy(make_client: Any) -> None:
     # every reading thread busy with a slow statement: the miss does not wait for them, it is read on
     # the event loop (no hop to a thread) and answered fresh
     async with make_client(sizing_deadline_ms=3000) as client:
-        for n in range(1, 4):
-            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
-        app: Any = client.app  # type: ignore[attr-defined]
-        reads = app.state.sqlite_reads
-        assert isinstance(reads, sqliteread.Reader)
         # a budget no read reaches, even on a busy machine: the read is inline whatever the load
-        app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=60)
-        loop = asyncio.get_running_loop()
-        busy = [
-            loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
-            for _ in range(reader._executor._max_workers)
-        ]
+        app, reads, reader = await three_runs_and_a_reader(client, inline_budget=60)
+        busy = keep_busy(reader)
         await asyncio.sleep(0.05)
         r = await asyncio.wait_for(client.get(sizing_path()), 20)
         assert not all(b.done() for b in busy)  # answered while the threads were still busy
@@ -318,12 +330,10 @@ async def test_a_read_past_its_budget_pauses_inline_reads(make_client: Any) -> N
     # a read that held the loop past its budget (here a budget of 0) sends the misses that follow to
     # the threads for the pause, without trying inline first; each answer is still the right one
     async with make_client() as client:
-        for n in range(1, 4):
-            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
-        app: Any = client.app  # type: ignore[attr-defined]
+        app, reads, reader = await three_runs_and_a_reader(client, inline_budget=0, inline_pause=60)
+        app.state.sqlite_reads = reads
         good = comparable((await client.get(sizing_path())).json())
-        reads = app.state.sqlite_reads
-        app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=0, inline_pause=60)
+        app.state.sqlite_reads = reader
         try:
             for _ in range(3):
                 app.state.answers.invalidate(key_of(JOB))
@@ -380,17 +390,9 @@ async def test_a_slow_read_answers_degraded_at_the_deadline(make_client: Any) ->
     # with a slow statement: the miss waits behind them, and the deadline answers first, degraded; the
     # read left behind does not disturb what follows
     async with make_client(sizing_deadline_ms=300) as client:
-        for n in range(1, 4):
-            assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
-        app: Any = client.app  # type: ignore[attr-defined]
-        reads = app.state.sqlite_reads
-        assert isinstance(reads, sqliteread.Reader)
-        app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=0, inline_pause=0)
+        app, reads, reader = await three_runs_and_a_reader(client, inline_budget=0, inline_pause=0)
         loop = asyncio.get_running_loop()
-        busy = [
-            loop.run_in_executor(reader._executor, lambda: reader._db().execute(SLOW).fetchall())
-            for _ in range(reader._executor._max_workers)
-        ]
+        busy = keep_busy(reader)
         await asyncio.sleep(0.05)
         started = loop.time()
         r = await asyncio.wait_for(client.get(sizing_path(), params={"format": "dotenv"}), 20)

@@ -221,6 +221,28 @@ async def test_the_front_answers_misses_byte_for_byte_as_the_route(
         assert len(reads_seen) == count
 
 
+async def test_misses_asked_at_once_answer_as_one_by_one(client: httpx.AsyncClient) -> None:
+    # every job's miss asked three times at once, interleaved on the loop (each yields once before its
+    # read): each answer is the one the same miss gets alone
+    await fill(client)
+    app: Any = client.app  # type: ignore[attr-defined]
+    reader = app.state.sqlite_reads
+    assert isinstance(reader, sqliteread.Reader)
+    alone = {}
+    for j in JOBS:
+        app.state.answers.invalidate(key_of(j))
+        alone[j["job"] + j["org"]] = strip_times((await client.get(sizing_path(j))).content)
+    for j in JOBS:
+        app.state.answers.invalidate(key_of(j))
+    reads = reader.inline_reads + reader.gave_way
+    at_once = await asyncio.gather(*(client.get(sizing_path(j)) for j in JOBS for _ in range(3)))
+    assert reader.inline_reads + reader.gave_way - reads >= len(JOBS)  # misses, not answers from the cache
+    for r, j in zip(at_once, [j for j in JOBS for _ in range(3)], strict=True):
+        assert r.status_code == 200
+        assert "ci-sizer-degraded" not in r.headers
+        assert strip_times(r.content) == alone[j["job"] + j["org"]], j
+
+
 async def test_the_answers_follow_the_history_and_overrides(client: httpx.AsyncClient) -> None:
     # what the parity test compares is not the same default everywhere: the pins, the OOM backoff,
     # the policies and a job never seen each show in the front's answer

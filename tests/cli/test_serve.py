@@ -1,6 +1,9 @@
-"""``ci-sizer serve``: a bad setting is one clear line and a non-zero exit, before anything is served."""
+"""``ci-sizer serve``: a bad setting is one clear line and a non-zero exit, before anything is served; the
+event loop it runs."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +34,14 @@ def test_bad_values_exit_non_zero_with_one_clear_line(args: list[str], env: dict
     assert lines[0].startswith("ci-sizer: error:")
     assert needle in lines[0]
     assert "Traceback" not in r.stderr
+
+
+def test_the_loop_is_asyncios_own_on_sqlite_and_uvloop_on_postgresql(tmp_path: Path) -> None:
+    # uvloop accepts one new connection a turn of its loop; SQLite's misses are read on the loop, so
+    # serve runs asyncio's own loop there (docs/performance.md, "uvloop's accept")
+    from service.cli.serve import event_loop
+    from service.settings import Settings
+
+    assert event_loop(Settings(database_url=f"sqlite:///{tmp_path}/x.db")) == "asyncio"
+    assert event_loop(Settings(database_url="sqlite+aiosqlite://")) == "asyncio"
+    assert event_loop(Settings(database_url="postgresql://u@127.0.0.1:5432/db")) == "auto"

@@ -26,6 +26,7 @@ import asyncio
 import logging
 import re
 import sqlite3
+import time
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -228,9 +229,11 @@ class CachedSizing:
                 # one turn of the loop first, as when every read went to a thread: without it the
                 # cold start's tail doubled (docs/performance.md, "Cold GET on SQLite")
                 await asyncio.sleep(0)
+                started = time.perf_counter()
                 rec = reads.inline(key=key, params=params.key, policy=policy)
-                if rec is None:
-                    rec = await within(deadline, reads.on_thread(key=key, params=params.key, policy=policy))
+                if rec is None:  # the thread gets what the inline attempt left of the deadline
+                    left = deadline - (time.perf_counter() - started)
+                    rec = await within(left, reads.on_thread(key=key, params=params.key, policy=policy))
         except _FAULTS as exc:
             CACHE_MISS.inc()
             DEGRADED_ANSWERS.inc()

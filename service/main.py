@@ -8,6 +8,7 @@ import functools
 import gc
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -47,7 +48,7 @@ from service.runs.fastpath import FastRuns
 from service.runs.retention import Pruner
 from service.runs.service import JobIds
 from service.settings import Settings, get_settings, is_loopback
-from service.sizing import ceilings, pgread, sqliteread
+from service.sizing import ceilings, inline, pgread
 from service.sizing.fastpath import CachedSizing
 from service.sizing.service import Policy
 from service.sizing.state import StateRepair
@@ -88,9 +89,9 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         # PostgreSQL: the build path's misses and single-run POSTs go through a lean asyncpg pool
         # (sizing/fastpath.py, runs/fastpath.py); SQLite's POSTs stay on the routes
         app.state.pgpool = None if settings.is_sqlite else lean_pool(settings)
-        # SQLite: the build path's misses are read on the loop, else on a thread (sizing/sqliteread.py)
+        # SQLite: the build path's misses are read on the loop, else on a thread (sizing/inline.py)
         app.state.sqlite_reads = (
-            sqliteread.reads_for(
+            inline.reads_for(
                 settings.database_url, engine, busy_timeout=connect, deadline=settings.sizing_deadline_ms / 1000
             )
             if settings.is_sqlite
@@ -104,7 +105,7 @@ def create_app(settings: Settings | None = None, *, owns_process: bool = False) 
         app.state.bodies = bodies.Reducer()
         set_build_info(core.BACKEND)
         use_sizing_deadline(settings.sizing_deadline_ms / 1000)  # and the latency histogram's edges
-        await _warm_up(engine, app.state.pgpool, settings.database_connect_timeout_seconds)
+        await _warm_up(engine, app.state.pgpool, app.state.sqlite_reads, settings.database_connect_timeout_seconds)
         # what startup made (modules, the app, its routes: about 120,000 objects) is kept for the
         # process's life; frozen, no collection walks it again (a full one took about 50 ms, a pause
         # of every request in flight)
@@ -323,14 +324,22 @@ async def _dispose(engine: AsyncEngine, write_engine: AsyncEngine) -> None:
         await write_engine.dispose()
 
 
-async def _warm_up(engine: AsyncEngine, pool: Pool | None, seconds: float) -> None:
-    """Open a pooled connection now, and on PostgreSQL every connection of the build path's pool with
-    the sizing statement planned (within ``seconds``), so the first builds do not pay for connection
-    setup and planning; a database that is down or slow at startup is not fatal (sizing fails open)."""
+async def _warm_up(
+    engine: AsyncEngine, pool: Pool | None, reads: inline.Reader | inline.EngineReads | None, seconds: float
+) -> None:
+    """Open a pooled connection now, on PostgreSQL every connection of the build path's pool with the
+    sizing statement planned (within ``seconds``), on a SQLite file the loop's read connection with its
+    statements compiled, so the first builds do not pay for connection setup and planning; a database
+    that is down or slow at startup is not fatal (sizing fails open)."""
     failure = await check_database(engine)
     if failure is not None:
         log.warning("database not reachable at startup: %s", failure)
         return
+    if reads is not None:
+        try:
+            reads.prime()
+        except sqlite3.Error as exc:
+            log.warning("the build path's SQLite read connection was not opened at startup: %s", exc)
     if pool is not None:
         try:
             async with asyncio.timeout(seconds):

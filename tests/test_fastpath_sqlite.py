@@ -1,4 +1,5 @@
-"""The SQLite build path answered before routing (service/sizing/fastpath.py, sizing/sqliteread.py):
+"""The SQLite build path answered before routing (service/sizing/fastpath.py, sizing/sqliteread.py,
+sizing/inline.py):
 a sizing miss read on the event loop with a read-only connection of its own, giving way to a thread
 when it would wait for a lock or runs past its budget (or, for an in-memory database, read in one hop
 to a pooled aiosqlite connection's thread), with the route's answers, rules and
@@ -8,8 +9,10 @@ fail-open promises. SQLite only: PostgreSQL's misses have their own one-statemen
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,8 +24,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from service import migrations
 from service.keys import ScopeKey
+from service.sizing import inline, sqliteread
 from service.sizing import service as sizing_service
-from service.sizing import sqliteread
 from service.sizing.params import SizingParams
 
 from .helpers import GIB, JOB, MIB, container, run, sizing_path
@@ -133,12 +136,12 @@ async def test_one_hop_answers_as_the_route_reads_them(make_client: Any, policy:
         seen: set[bytes] = set()
         policies: set[str] = set()
         scopes: set[str] = set()
-        assert isinstance(app.state.sqlite_reads, sqliteread.Reader)  # a database file: connections of its own
+        assert isinstance(app.state.sqlite_reads, inline.Reader)  # a database file: connections of its own
         path = app.state.sqlite_reads.path
         # every read inline (a budget no read reaches, even on a busy machine), and every read interrupted
         # inline at once (a budget of 0) and read again on a thread
-        reader = sqliteread.Reader(path, inline_budget=60)
-        giving_way = sqliteread.Reader(path, inline_budget=0, inline_pause=0)
+        reader = inline.Reader(path, inline_budget=60)
+        giving_way = inline.Reader(path, inline_budget=0, inline_pause=0)
         for j in JOBS:
             for params in PARAMS:
                 async with engine.connect() as conn:
@@ -181,7 +184,7 @@ async def test_the_front_answers_misses_byte_for_byte_as_the_route(
         reads_seen.append(key)
         return real(db, key, params, policy)
 
-    monkeypatch.setattr(sqliteread, "read", counted)
+    monkeypatch.setattr(inline, "read", counted)  # the name the Reader calls
     async with make_client() as client:
         await fill(client)
         app: Any = client.app  # type: ignore[attr-defined]
@@ -227,9 +230,9 @@ async def test_misses_asked_at_once_answer_as_one_by_one(client: httpx.AsyncClie
     await fill(client)
     app: Any = client.app  # type: ignore[attr-defined]
     reads = app.state.sqlite_reads
-    assert isinstance(reads, sqliteread.Reader)
+    assert isinstance(reads, inline.Reader)
     # a budget no read reaches, even on a busy machine: every miss is counted as read inline
-    app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, inline_budget=60)
+    app.state.sqlite_reads = reader = inline.Reader(reads.path, inline_budget=60)
     alone = {}
     for j in JOBS:
         app.state.answers.invalidate(key_of(j))
@@ -312,19 +315,19 @@ async def test_a_broken_read_answers_degraded_on_the_front_and_the_route(make_cl
 SLOW = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 10000000) SELECT count(*) FROM c"
 
 
-async def three_runs_and_a_reader(client: httpx.AsyncClient, **options: Any) -> tuple[Any, Any, sqliteread.Reader]:
+async def three_runs_and_a_reader(client: httpx.AsyncClient, **options: Any) -> tuple[Any, Any, inline.Reader]:
     """Three runs of JOB stored, and the app's reads swapped for a ``Reader`` with ``options`` on the
     same file: (the app, its own reads to put back, the new reader)."""
     for n in range(1, 4):
         assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
     app: Any = client.app  # type: ignore[attr-defined]
     reads = app.state.sqlite_reads
-    assert isinstance(reads, sqliteread.Reader)
-    app.state.sqlite_reads = reader = sqliteread.Reader(reads.path, **options)
+    assert isinstance(reads, inline.Reader)
+    app.state.sqlite_reads = reader = inline.Reader(reads.path, **options)
     return app, reads, reader
 
 
-def keep_busy(reader: sqliteread.Reader) -> list[asyncio.Future[Any]]:
+def keep_busy(reader: inline.Reader) -> list[asyncio.Future[Any]]:
     """Every reading thread of ``reader`` busy with ``SLOW``."""
     loop = asyncio.get_running_loop()
     return [
@@ -353,26 +356,121 @@ async def test_a_miss_is_read_inline_while_the_threads_are_busy(make_client: Any
         assert reader.gave_way == 0
 
 
-async def test_a_read_past_its_budget_pauses_inline_reads(make_client: Any) -> None:
-    # a read that held the loop past its budget (here a budget of 0) sends the misses that follow to
-    # the threads for the pause, without trying inline first; each answer is still the right one
+async def test_a_second_read_past_its_budget_pauses_inline_reads(make_client: Any) -> None:
+    # two reads that held the loop past their budget (here a budget of 0) send the misses that follow
+    # to the threads for the pause, without trying inline first; each answer is still the right one
     async with make_client() as client:
         app, reads, reader = await three_runs_and_a_reader(client, inline_budget=0, inline_pause=60)
         app.state.sqlite_reads = reads
         good = comparable((await client.get(sizing_path())).json())
         app.state.sqlite_reads = reader
         try:
-            for _ in range(3):
+            for _ in range(4):
                 app.state.answers.invalidate(key_of(JOB))
                 r = await client.get(sizing_path())
                 assert r.status_code == 200
                 assert "ci-sizer-degraded" not in r.headers
                 assert comparable(r.json()) == good
-            # the first tried inline (interrupted, or finished past the budget); the next two did not try
-            assert reader.inline_reads + reader.gave_way == 1
+            # the first two tried inline (interrupted, or finished past the budget); the next two did not try
+            assert reader.inline_reads + reader.gave_way == 2
+            assert reader.late_reads == 2
         finally:
             app.state.sqlite_reads = reads
             await reader.close()
+
+
+async def test_one_read_past_its_budget_alone_does_not_pause_inline_reads(make_client: Any) -> None:
+    # a late read LATE_AGAIN_WITHIN misses or more after the last one is the machine's (a process
+    # descheduled on a busy host), not the database's: the misses after it are still read inline; a
+    # second late read within LATE_AGAIN_WITHIN misses pauses them
+    async with make_client() as client:
+        app, reads, reader = await three_runs_and_a_reader(client, inline_budget=60, inline_pause=60)
+        app.state.sqlite_reads = reads
+        ask = {"key": key_of(JOB), "params": SizingParams(), "policy": sizing_service.Policy()}
+        try:
+
+            def late() -> None:
+                reader.inline_budget = 0
+                reader.inline(**ask)  # interrupted (None) or finished past the budget
+                reader.inline_budget = 60
+
+            late()
+            for _ in range(inline.LATE_AGAIN_WITHIN):
+                assert reader.inline(**ask) is not None  # read inline, not paused
+            late()
+            assert reader.late_reads == 2
+            assert reader.inline(**ask) is not None  # the second late read came LATE_AGAIN_WITHIN + 1 misses later
+            late()
+            assert reader.late_reads == 3
+            assert reader.inline(**ask) is None  # two misses after the last: paused, to the threads
+        finally:
+            await reader.close()
+
+
+async def test_a_collection_due_in_an_inline_read_runs_after_it(
+    make_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the budget times the read, not the heap's collector: a collection due while the miss is read
+    # (here every allocation makes one due; one inside the read would take 0.3 s) runs after the
+    # read, which is neither late nor given way to a thread
+    async with make_client() as client:
+        app, reads, reader = await three_runs_and_a_reader(client, inline_budget=0.15, inline_pause=60)
+        app.state.sqlite_reads = reads
+        reading = False
+        real = inline.read
+
+        def read(*args: Any) -> sqliteread.Read:
+            nonlocal reading
+            reading = True
+            try:
+                return real(*args)
+            finally:
+                reading = False
+
+        monkeypatch.setattr(inline, "read", read)
+        started_in_read: list[bool] = []
+
+        def slow(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                if reading and not any(started_in_read):
+                    time.sleep(0.3)
+                started_in_read.append(reading)
+
+        ask = {"key": key_of(JOB), "params": SizingParams(), "policy": sizing_service.Policy()}
+        threshold = gc.get_threshold()
+        gc.callbacks.append(slow)
+        gc.set_threshold(1)
+        try:
+            rec = reader.inline(**ask)
+        finally:
+            gc.set_threshold(*threshold)
+            gc.callbacks.remove(slow)
+            await reader.close()
+        assert started_in_read  # collections ran ...
+        assert not any(started_in_read)  # ... none inside the read
+        assert rec is not None
+        assert rec.answer.meta.clean_samples == 3
+        assert (reader.inline_reads, reader.gave_way, reader.late_reads) == (1, 0, 0)
+
+
+async def test_the_loop_s_connection_is_opened_at_startup_with_its_statements_compiled(make_client: Any) -> None:
+    # as PostgreSQL's pool is opened with its statement planned: the first miss does not open the
+    # connection nor compile the statements (a first read took 1.4-2.3 ms compiling, 0.25 ms after)
+    async with make_client() as client:
+        reads = client.app.state.sqlite_reads  # type: ignore[attr-defined]
+        assert isinstance(reads, inline.Reader)
+        assert reads._inline_db is not None
+        assert reads.inline_reads == 0
+        seen: list[str] = []
+        db = sqlite3.connect(reads.path, isolation_level=None)
+        try:
+            db.set_trace_callback(seen.append)
+            sqliteread.prepare(db)
+        finally:
+            db.close()
+        # every statement a miss runs (overrides, summary, prior, window, all runs), in one transaction
+        assert [s.split(" ", 1)[0] for s in seen] == ["BEGIN", *["SELECT"] * 5, "ROLLBACK"]
+        assert len({s for s in seen if s.startswith("SELECT")}) == 5
 
 
 async def test_a_locked_database_gives_way_to_a_thread_without_holding_the_loop(tmp_path: Any) -> None:
@@ -383,7 +481,7 @@ async def test_a_locked_database_gives_way_to_a_thread_without_holding_the_loop(
     migrations.upgrade(url)
     writer = sqlite3.connect(database_path(url), isolation_level=None)
     assert writer.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
-    reader = sqliteread.Reader(database_path(url), busy_timeout=5)
+    reader = inline.Reader(database_path(url), busy_timeout=5)
     try:
         writer.execute("BEGIN EXCLUSIVE")
         loop = asyncio.get_running_loop()
@@ -445,7 +543,7 @@ async def test_an_exhausted_pool_answers_degraded_at_the_deadline(make_client: A
             assert (await client.post("/api/v1/runs", json=run(n))).status_code == 201
         app: Any = client.app  # type: ignore[attr-defined]
         engine = app.state.engine
-        app.state.sqlite_reads = sqliteread.EngineReads(engine)
+        app.state.sqlite_reads = inline.EngineReads(engine)
         pool = engine.pool
         held = [await engine.connect() for _ in range(pool.size() + max(0, pool._max_overflow))]
         try:
@@ -477,20 +575,20 @@ async def test_reads_closed_under_a_request_answer_degraded(client: httpx.AsyncC
 async def test_the_reads_open_a_database_file_and_never_create_one(tmp_path: Any, sqlite_only: str) -> None:
     engine = create_async_engine("sqlite+aiosqlite://")
     try:
-        assert isinstance(sqliteread.reads_for("sqlite+aiosqlite://", engine, busy_timeout=1), sqliteread.EngineReads)
-        assert isinstance(sqliteread.reads_for(sqlite_only, engine, busy_timeout=1), sqliteread.Reader)
+        assert isinstance(inline.reads_for("sqlite+aiosqlite://", engine, busy_timeout=1), inline.EngineReads)
+        assert isinstance(inline.reads_for(sqlite_only, engine, busy_timeout=1), inline.Reader)
         # an inline read never holds the loop past the sizing deadline, nor past its own budget
-        short = sqliteread.reads_for(sqlite_only, engine, busy_timeout=1, deadline=0.002)
-        assert isinstance(short, sqliteread.Reader)
+        short = inline.reads_for(sqlite_only, engine, busy_timeout=1, deadline=0.002)
+        assert isinstance(short, inline.Reader)
         assert short.inline_budget == 0.002
-        long = sqliteread.reads_for(sqlite_only, engine, busy_timeout=1, deadline=2)
-        assert isinstance(long, sqliteread.Reader)
-        assert long.inline_budget == sqliteread.INLINE_BUDGET_SECONDS
+        long = inline.reads_for(sqlite_only, engine, busy_timeout=1, deadline=2)
+        assert isinstance(long, inline.Reader)
+        assert long.inline_budget == inline.INLINE_BUDGET_SECONDS
         await short.close()
         await long.close()
         missing = tmp_path / "absent.db"
-        reader = sqliteread.reads_for(f"sqlite+aiosqlite:///{missing}", engine, busy_timeout=1)
-        assert isinstance(reader, sqliteread.Reader)
+        reader = inline.reads_for(f"sqlite+aiosqlite:///{missing}", engine, busy_timeout=1)
+        assert isinstance(reader, inline.Reader)
         with pytest.raises(sqlite3.OperationalError):
             await reader.recommend(key=key_of(JOB), params=SizingParams(), policy=sizing_service.Policy())
         await reader.close()

@@ -89,7 +89,7 @@ def _serve_with(settings: Any) -> None:
 
 def event_loop(settings: Any) -> str:
     """uvicorn's loop: uvloop (``auto``) on PostgreSQL, asyncio's own on SQLite. uvloop accepts one new
-    connection a turn of its loop; on SQLite a sizing miss is read on the loop (sizing/sqliteread.py),
+    connection a turn of its loop; on SQLite a sizing miss is read on the loop (sizing/inline.py),
     so under load a turn reads several in full and new connections wait for as many turns (the cold
     start's p99 76 ms with uvloop, 36 ms with asyncio's loop, which accepts every pending connection a
     turn; docs/performance.md, "uvloop's accept"). On PostgreSQL a miss waits for its statement off the

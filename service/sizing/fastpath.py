@@ -17,7 +17,7 @@ core, the answer cached under a ticket as the route caches it, and on a database
 deadline the degraded answer (200, ``CI-Sizer-Degraded: true``). On SQLite (the lifespan sets
 ``app.state.sqlite_reads``) a miss is answered here the same way, every policy included: read on the
 event loop with a read-only connection of its own, or on a thread when that read would wait for a lock
-or runs past its budget (``sizing/sqliteread.py``).
+or runs past its budget (``sizing/inline.py``, ``sizing/sqliteread.py``).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class CachedSizing:
 
     async def _miss(self, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         """A cache miss: on PostgreSQL the answer read with one statement through the lean pool
-        (``sizing/pgread.py``), on SQLite on the loop or a reading thread (``sizing/sqliteread.py``),
+        (``sizing/pgread.py``), on SQLite on the loop or a reading thread (``sizing/inline.py``),
         within the sizing deadline, computed by the same ``compute``, cached; on a database fault or past the deadline the degraded answer (fail-open, 200), as the
         route answers it. None (the route answers) on PostgreSQL when the job is sized by the
         ``efficient`` policy."""

@@ -403,6 +403,10 @@ async def test_one_read_past_its_budget_alone_does_not_pause_inline_reads(make_c
             late()
             assert reader.late_reads == 3
             assert reader.inline(**ask) is None  # two misses after the last: paused, to the threads
+            reader._inline_paused_until = 0.0  # the pause over
+            late()  # the pair that paused is spent: one late read alone again
+            assert reader.late_reads == 4
+            assert reader.inline(**ask) is not None
         finally:
             await reader.close()
 

@@ -171,6 +171,7 @@ class Reader:
             log.info("a SQLite sizing read held the event loop %.1f ms (once: misses still read inline)", took * 1000)
             return
         self._inline_paused_until = time.monotonic() + self.inline_pause
+        self._late_at = -LATE_AGAIN_WITHIN - 1  # the pair is spent: after the pause, one late read alone again
         log.warning(
             "SQLite sizing reads held the event loop past %.1f ms twice (%.1f ms): misses are read on threads for %.0f s",
             self.inline_budget * 1000,

@@ -592,6 +592,8 @@ BALANCED_ALLOCATION_CHANGE = 7
 
 cdef object _int64(object column):
     """A buffer of C long longs: the column itself when it is one (array('q'), numpy int64), else a copy."""
+    if type(column) is list:  # the live answer's columns: no buffer to look for (a failed look costs 1.2 us)
+        return array("q", column)
     try:
         view = memoryview(column)
         if view.format == "q" and view.ndim == 1 and view.c_contiguous:
@@ -975,6 +977,8 @@ cdef double _sorted_quantile(double* xs, Py_ssize_t n, double q) noexcept nogil:
 
 
 cdef object _double_col(object column):
+    if type(column) is list:  # as _int64
+        return array("d", column)
     try:
         view = memoryview(column)
         if view.format == "d" and view.ndim == 1 and view.c_contiguous:

@@ -1,5 +1,5 @@
-"""The baseline: a bare FastAPI app on the same framework stack (uvicorn, uvloop, httptools),
-with routes of the same path shape as ci-sizer's, that do no work of their own.
+"""The baseline: a bare FastAPI app on the same framework stack (uvicorn, httptools, and the loop
+``ci-sizer serve`` runs on the database measured: uvloop, or asyncio's own with ``--loop asyncio``), with routes of the same path shape as ci-sizer's, that do no work of their own.
 
 ``GET /api/v1/sizing/{org}/{repo}/{workflow}/{job}`` answers a constant JSON body (the bytes of
 a real ci-sizer answer, passed in ``BARE_SIZING_BODY_FILE``); ``POST /api/v1/runs`` parses the
@@ -62,6 +62,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, default=8090)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn workers, as ci-sizer serve --workers")
+    parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop", help="as ci-sizer serve's")
     args = parser.parse_args()
     uvicorn.run(
         "bench.bare_app:app" if args.workers > 1 else app,  # several workers import the app by name
@@ -70,6 +71,6 @@ if __name__ == "__main__":
         workers=args.workers,
         log_level="warning",
         access_log=False,
-        loop="uvloop",
+        loop=args.loop,
         http="httptools",
     )

@@ -50,15 +50,25 @@ from tests.live import LiveServer
 
 
 class BareApp(LiveServer):
-    def __init__(self, body_file: Path, log: Path, *, workers: int = 1) -> None:
+    def __init__(self, body_file: Path, log: Path, *, workers: int = 1, loop: str = "uvloop") -> None:
         super().__init__("", log=log, env={"BARE_SIZING_BODY_FILE": str(body_file)})
         self.workers = workers
+        self.loop = loop
 
     def command(self) -> list[str]:
         return [
             *(sys.executable, str(ROOT / "bench" / "bare_app.py")),
-            *("--port", str(self.port), "--workers", str(self.workers)),
+            *("--port", str(self.port), "--workers", str(self.workers), "--loop", self.loop),
         ]
+
+
+def serve_loop(database_url: str) -> str:
+    """The event loop ``ci-sizer serve`` runs on this database (``cli/serve.py``): the bare app beside
+    it runs the same, so that both accept connections alike (docs/performance.md, "uvloop's accept")."""
+    from service.cli.serve import event_loop
+    from service.settings import Settings
+
+    return "asyncio" if event_loop(Settings(database_url=database_url)) == "asyncio" else "uvloop"
 
 
 class Checkout(LiveServer):
@@ -305,7 +315,7 @@ def cold_rounds(url: str, paths: list[str], tmp: Path, args: argparse.Namespace)
         results["baseline, cold"] = []
     for r in range(args.rounds):
         sample = random.Random(r).sample(paths, min(args.cold_jobs, len(paths)))
-        with BareApp(tmp / "answer.json", tmp / "bare-cold.log") as bare:
+        with BareApp(tmp / "answer.json", tmp / "bare-cold.log", loop=serve_loop(url)) as bare:
             results["bare FastAPI, cold"].append(
                 cold(bare.url, paths, connections=args.connections, seed=r + 1, tmp=tmp)
             )

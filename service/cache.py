@@ -21,30 +21,63 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+import orjson
+
 from service.keys import ScopeKey
+from service.sizing import formats
 from service.sizing.answer import Answer
+from service.sizing.fit import TemplateCpu
+from service.sizing.formats import Mapping
 from service.sizing.params import SizingParams
 
 #: answers are cached per parameter set
 CacheKey = SizingParams
 
 
-@dataclass(slots=True)
+#: renderings kept per entry (a format with its ``containers=`` and ``template_cpu_limit=``): a runner
+#: asks for one; the bound keeps a client that varies them from growing an entry
+RENDERINGS_KEPT = 4
+
+
 class Entry:
-    answer: Answer
-    body: bytes  #: the answer rendered as JSON, once
-    #: wall-clock seconds after which the entry is no longer fresh (``inf``: until invalidated)
-    fresh_until: float
-    epoch: int = 0  #: the cache's global epoch when computed (set by ``put``)
-    version: int = 0  #: the job slot's version when computed (set by ``put``)
+    """One cached answer, kept as its JSON (``body``, the answer's ``as_dict``) and the renderings asked
+    for, not as the answer's objects: a full collection of the heap walks every object it tracks while
+    every request waits, and an answer's tree is about 20 of them (docs/performance.md, section 7). The
+    answer is read back from its JSON where one is needed (a format's first rendering, a degraded answer)."""
+
+    __slots__ = ("_renderings", "body", "epoch", "fresh_until", "override_scope", "phase", "version")
+
+    def __init__(self, answer: Answer, body: bytes, fresh_until: float) -> None:
+        self.body = body  #: the answer rendered as JSON, once
+        #: wall-clock seconds after which the entry is no longer fresh (``inf``: until invalidated)
+        self.fresh_until = fresh_until
+        self.phase: str = answer.meta.phase
+        self.override_scope: str = answer.meta.override_scope
+        self.epoch = 0  #: the cache's global epoch when computed (set by ``put``)
+        self.version = 0  #: the job slot's version when computed (set by ``put``)
+        self._renderings: dict[tuple[str, Mapping | None, TemplateCpu | None], tuple[str, bytes]] | None = None
 
     @property
-    def phase(self) -> str:
-        return self.answer.meta.phase
+    def answer(self) -> Answer:
+        """The answer, read back from its JSON (a new object each time)."""
+        return Answer.from_dict(orjson.loads(self.body))
 
-    @property
-    def override_scope(self) -> str:
-        return self.answer.meta.override_scope
+    def rendered(
+        self, output: str, mapping: Mapping | None, limits: TemplateCpu | None, answer: Answer | None = None
+    ) -> tuple[str, bytes]:
+        """``formats.render``'s (content type, body) of the answer, rendered once per format and
+        parameters (a YAML format took 0.3-1 ms a request); ``answer``: the entry's answer where the
+        caller holds it (a miss), else it is read back from the JSON."""
+        key = (output, mapping, limits)
+        renderings = self._renderings
+        done = None if renderings is None else renderings.get(key)
+        if done is None:
+            done = formats.render(output, self.answer if answer is None else answer, mapping, limits)
+            if renderings is None:
+                renderings = self._renderings = {}
+            if len(renderings) < RENDERINGS_KEPT:
+                renderings[key] = done
+        return done
 
 
 @dataclass(slots=True)

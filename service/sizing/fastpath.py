@@ -199,7 +199,7 @@ class CachedSizing:
         RECOMMENDED[hit.phase, hit.override_scope].inc()
         if params.output == "json":
             return "application/json", hit.body, False
-        return (*formats.render(params.output, hit.answer, params.mapping, params.limits), False)
+        return (*hit.rendered(params.output, params.mapping, params.limits), False)
 
     async def _miss(self, key: ScopeKey, params: Params) -> tuple[str, bytes, bool] | None:
         """A cache miss: on PostgreSQL the answer read with one statement through the lean pool
@@ -253,13 +253,14 @@ class CachedSizing:
         CACHE_MISS.inc()
         meta = rec.answer.meta
         body = orjson.dumps(rec.answer.as_dict())
-        self.cache.put(key, params.key, ticket, Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until))
+        entry = Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until)
+        self.cache.put(key, params.key, ticket, entry)
         RECOMMENDED[meta.phase, meta.override_scope].inc()
         if rec.job_id is not None:
             state.fleet.note(rec.job_id, rec.totals())
         if params.output == "json":
             return "application/json", body, False
-        return (*formats.render(params.output, rec.answer, params.mapping, params.limits), False)
+        return (*entry.rendered(params.output, params.mapping, params.limits, rec.answer), False)
 
 
 async def _read(

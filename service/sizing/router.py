@@ -134,7 +134,10 @@ async def get_sizing(
     if hit is not None:
         SIZING_CACHE.labels(result="hit").inc()
         RECOMMENDATIONS.labels(phase=hit.phase, override_scope=hit.override_scope).inc()
-        return _json(hit.body) if output == "json" else _rendered(output, hit.answer, mapping, limits)
+        if output == "json":
+            return _json(hit.body)
+        media_type, content = hit.rendered(output, mapping, limits)
+        return Response(content=content, media_type=media_type)
     SIZING_CACHE.labels(result="miss").inc()
     deadline = settings.sizing_deadline_ms / 1000
     ticket = cache.ticket(key)
@@ -157,8 +160,12 @@ async def get_sizing(
         return response
     meta = rec.answer.meta
     body = orjson.dumps(rec.answer.as_dict())
-    cache.put(key, params, ticket, Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until))
+    entry = Entry(answer=rec.answer, body=body, fresh_until=rec.fresh_until)
+    cache.put(key, params, ticket, entry)
     RECOMMENDATIONS.labels(phase=meta.phase, override_scope=meta.override_scope).inc()
     if rec.job_id is not None:
         fleet.note(rec.job_id, rec.totals())
-    return _json(body) if output == "json" else _rendered(output, rec.answer, mapping, limits)
+    if output == "json":
+        return _json(body)
+    media_type, content = entry.rendered(output, mapping, limits, rec.answer)
+    return Response(content=content, media_type=media_type)

@@ -4,6 +4,7 @@ in this worker at once and in other workers (PostgreSQL) through the change feed
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,10 +14,12 @@ import orjson
 import pytest
 from sqlalchemy.engine import make_url
 
-from service.cache import AnswerCache, CacheKey, Entry
+from service.cache import RENDERINGS_KEPT, AnswerCache, CacheKey, Entry
 from service.changes import CHANNEL
 from service.keys import ScopeKey
+from service.sizing import formats
 from service.sizing import service as sizing_service
+from service.sizing.fit import TemplateCpu
 from service.sizing.history import History
 
 from ..helpers import JOB, MIB, container, post_runs, run, sizing, sizing_path
@@ -303,6 +306,56 @@ async def test_a_hit_is_the_routes_answer_byte_for_byte(make_client: Any) -> Non
             same_response(computed, cached)
             assert requests_on_sizing_route() == seen0 + 1  # still counted under the route template
             assert cached.headers["x-request-id"]
+
+
+def test_an_entry_keeps_the_answer_as_bytes_not_as_objects() -> None:
+    # a full collection of the heap walks every object the collector tracks while every request waits
+    # (17-21 ms per 1,000 cached answers here when each kept its answer's tree: docs/performance.md,
+    # section 7): an entry holds its JSON and a few plain values, and reads the answer back from them
+    answer = sizing_service.compute(key=KEY, history=History(), pins={}, params=P, policy=sizing_service.Policy())
+    e = Entry(answer=answer, body=orjson.dumps(answer.as_dict()), fresh_until=float("inf"))
+    assert [o for o in gc.get_referents(e) if gc.is_tracked(o) and o is not Entry] == []  # (its class aside)
+    assert e.answer == answer
+    assert (e.phase, e.override_scope) == (answer.meta.phase, answer.meta.override_scope)
+    # a rendering is kept (its dict is all the entry adds), and at most RENDERINGS_KEPT of them
+    first = e.rendered("k8s", None, None)
+    assert first == formats.render("k8s", answer, None, None)
+    assert e.rendered("k8s", None, None) is first
+    for n in range(RENDERINGS_KEPT + 3):
+        limits = TemplateCpu(every=1000 + n)
+        assert e.rendered("k8s", None, limits) == formats.render("k8s", answer, None, limits)
+    assert len(e._renderings or {}) == RENDERINGS_KEPT
+
+
+@pytest.mark.parametrize("fmt", ["k8s", "gitlab", "buildkite"])
+async def test_a_format_is_rendered_once_per_cached_answer(
+    make_client: Any, monkeypatch: pytest.MonkeyPatch, fmt: str
+) -> None:
+    # a YAML format took 0.3-1 ms to render: a hit serves the rendering the miss made, byte for byte
+    calls: list[str] = []
+    real = formats.render
+
+    def counted(output: str, *args: Any) -> tuple[str, bytes]:
+        calls.append(output)
+        return real(output, *args)
+
+    monkeypatch.setattr(formats, "render", counted)
+    async with make_client() as client:
+        await post_runs(client, run(1, container(cpu=400, mem=300 * MIB)))
+        first = await client.get(sizing_path(), params={"format": fmt})
+        assert first.status_code == 200
+        assert calls == [fmt]
+        h0, m0 = hits(client)
+        again = await client.get(sizing_path(), params={"format": fmt})
+        assert hits(client) == (h0 + 1, m0)
+        assert calls == [fmt]  # not rendered again
+        same_response(first, again)
+        # other parameters of the format are a rendering of their own, from the same cached answer
+        other = await client.get(sizing_path(), params={"format": fmt, "containers": "main=build"})
+        assert other.status_code == 200
+        assert hits(client) == (h0 + 2, m0)
+        assert calls == [fmt, fmt]
+        assert other.content != first.content
 
 
 @pytest.mark.parametrize(

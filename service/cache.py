@@ -35,8 +35,13 @@ CacheKey = SizingParams
 
 
 #: renderings kept per entry (a format with its ``containers=`` and ``template_cpu_limit=``): a runner
-#: asks for one; the bound keeps a client that varies them from growing an entry
+#: asks for one; the bounds keep a client that varies them from growing an entry (a ``containers=`` of
+#: 64 names renders about 18 KB and is a key of about 12 KB)
 RENDERINGS_KEPT = 4
+RENDERING_BYTES_KEPT = 16 * 1024  #: the renderings' bodies and their keys' text, per entry
+#: parameter sets kept per job (``runs``, ``buffer``, ``cpu_percentile``): the least recently stored goes
+#: first; a runner asks for one or two, and a client cycling through them would otherwise fill memory
+ENTRIES_PER_JOB = 8
 
 
 class Entry:
@@ -45,7 +50,7 @@ class Entry:
     every request waits, and an answer's tree is about 20 of them (docs/performance.md, section 7). The
     answer is read back from its JSON where one is needed (a format's first rendering, a degraded answer)."""
 
-    __slots__ = ("_renderings", "body", "epoch", "fresh_until", "override_scope", "phase", "version")
+    __slots__ = ("_rendered_bytes", "_renderings", "body", "epoch", "fresh_until", "override_scope", "phase", "version")
 
     def __init__(self, answer: Answer, body: bytes, fresh_until: float) -> None:
         self.body = body  #: the answer rendered as JSON, once
@@ -56,6 +61,7 @@ class Entry:
         self.epoch = 0  #: the cache's global epoch when computed (set by ``put``)
         self.version = 0  #: the job slot's version when computed (set by ``put``)
         self._renderings: dict[tuple[str, Mapping | None, TemplateCpu | None], tuple[str, bytes]] | None = None
+        self._rendered_bytes = 0
 
     @property
     def answer(self) -> Answer:
@@ -73,10 +79,14 @@ class Entry:
         done = None if renderings is None else renderings.get(key)
         if done is None:
             done = formats.render(output, self.answer if answer is None else answer, mapping, limits)
-            if renderings is None:
-                renderings = self._renderings = {}
-            if len(renderings) < RENDERINGS_KEPT:
+            size = len(done[1]) + (0 if mapping is None and limits is None else len(repr(key)))
+            if (renderings is None or len(renderings) < RENDERINGS_KEPT) and (
+                self._rendered_bytes + size <= RENDERING_BYTES_KEPT
+            ):
+                if renderings is None:
+                    renderings = self._renderings = {}
                 renderings[key] = done
+                self._rendered_bytes += size
         return done
 
 
@@ -162,7 +172,11 @@ class AnswerCache:
         slot = self._slots.get(key)
         if slot is None:
             slot = self._slots[key] = _Slot()
-        slot.entries[params] = entry
+        entries = slot.entries
+        entries.pop(params, None)  # stored again: the most recent
+        entries[params] = entry
+        while len(entries) > ENTRIES_PER_JOB:
+            del entries[next(iter(entries))]
         slot.last = entry
         self._slots.move_to_end(key)
         self._evict()

@@ -14,7 +14,7 @@ import orjson
 import pytest
 from sqlalchemy.engine import make_url
 
-from service.cache import RENDERINGS_KEPT, AnswerCache, CacheKey, Entry
+from service.cache import ENTRIES_PER_JOB, RENDERING_BYTES_KEPT, RENDERINGS_KEPT, AnswerCache, CacheKey, Entry
 from service.changes import CHANNEL
 from service.keys import ScopeKey
 from service.sizing import formats
@@ -325,6 +325,31 @@ def test_an_entry_keeps_the_answer_as_bytes_not_as_objects() -> None:
         limits = TemplateCpu(every=1000 + n)
         assert e.rendered("k8s", None, limits) == formats.render("k8s", answer, None, limits)
     assert len(e._renderings or {}) == RENDERINGS_KEPT
+    # and at most RENDERING_BYTES_KEPT of them: a mapping of 64 pod names (about 18 KB rendered) is
+    # rendered for the request and not kept
+    big = formats.parse_containers(",".join(f"a-pod-container-named-at-length-{n}=build" for n in range(64)), "k8s")
+    other = Entry(answer=answer, body=e.body, fresh_until=float("inf"))
+    rendered = other.rendered("k8s", big, None)
+    assert len(rendered[1]) > RENDERING_BYTES_KEPT
+    assert rendered == formats.render("k8s", answer, big, None)
+    assert other._renderings is None
+    assert other.rendered("k8s", None, None) == first  # a small one is still kept
+    assert other._renderings is not None
+    assert len(other._renderings) == 1
+
+
+def test_a_job_keeps_its_latest_parameter_sets() -> None:
+    # each (runs, buffer, cpu_percentile) is an entry of its own: a client cycling through them must not
+    # fill memory; the least recently stored goes first
+    cache = AnswerCache(10)
+    sets = [CacheKey(n, 20, "p95") for n in range(1, ENTRIES_PER_JOB + 3)]
+    for params in sets:
+        cache.put(KEY, params, cache.ticket(KEY), entry(str(params.runs).encode()))
+    assert [cache.fresh(KEY, params) is not None for params in sets] == [False] * 2 + [True] * ENTRIES_PER_JOB
+    cache.put(KEY, sets[2], cache.ticket(KEY), entry(b"again"))  # stored again: now the latest
+    cache.put(KEY, sets[0], cache.ticket(KEY), entry(b"back"))
+    assert cache.fresh(KEY, sets[2]) is not None
+    assert cache.fresh(KEY, sets[3]) is None  # the oldest then
 
 
 @pytest.mark.parametrize("fmt", ["k8s", "gitlab", "buildkite"])

@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from bench import _load
-from bench.http import fill_sqlite
+from bench.http import filled_sqlite
 
 #: the parameter sets asked for, one pass each (each a cache entry per job)
 SETS = ["", "runs=3", "runs=4", "buffer=0", "runs=7", "runs=9", "runs=11", "runs=13"]
@@ -96,11 +96,7 @@ def main() -> None:
     parser.add_argument("--sets", type=int, default=6, help=f"parameter sets asked for (at most {len(SETS)})")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
-        tmp = Path(tmp_name)
-        url = f"sqlite:///{tmp}/gcpause.db"
-        _load.migrate(url)
-        print(f"filling {args.jobs:,} jobs x 3-5 runs through the API ...", flush=True)
-        fill_sqlite(url, args.jobs, tmp)
+        url = filled_sqlite(Path(tmp_name), "gcpause.db", args.jobs)
         rows = asyncio.run(measure(url, args.jobs, min(args.sets, len(SETS))))
     print()
     print(f"{'answers cached':>15}{'tracked objects':>17}{'full collection ms':>20}{'objects an answer':>19}")

@@ -382,13 +382,19 @@ def fill_sqlite(url: str, jobs: int, tmp: Path) -> None:
     print()
 
 
+def filled_sqlite(tmp: Path, name: str, jobs: int) -> str:
+    """The URL of a SQLite file ``tmp/name``, migrated and filled with ``jobs`` jobs through the API."""
+    url = f"sqlite:///{tmp}/{name}"
+    _load.migrate(url)
+    print(f"filling {jobs:,} jobs x 3-5 runs through the API ...", flush=True)
+    fill_sqlite(url, jobs, tmp)
+    return url
+
+
 def sqlite_main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
-        url = f"sqlite:///{tmp}/bench-http.db"
-        _load.migrate(url)
-        print(f"filling {args.cold_jobs:,} jobs x 3-5 runs through the API ...", flush=True)
-        fill_sqlite(url, args.cold_jobs, tmp)
+        url = filled_sqlite(tmp, "bench-http.db", args.cold_jobs)
         paths = [_load.sizing_path(i) for i in range(args.cold_jobs)]
         with LiveServer(url, log=tmp / "answer.log") as once:
             answer = httpx.get(once.url + paths[0], timeout=10)

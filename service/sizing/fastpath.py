@@ -26,7 +26,6 @@ import asyncio
 import logging
 import re
 import sqlite3
-import time
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -35,7 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.auth import TokenStore, principal_from
 from service.cache import AnswerCache, CacheKey, Entry
-from service.db import DB_FAULTS, within
+from service.db import DB_FAULTS
 from service.errors import ServiceError
 from service.keys import ScopeKey
 from service.observability.metrics import CACHE_HIT, CACHE_MISS, DATABASE_ERRORS, DEGRADED_ANSWERS, RECOMMENDED
@@ -223,17 +222,8 @@ class CachedSizing:
                     rec = await _read(pool, key, params.key, policy, state.state_repair)
             else:
                 # read inline on the loop (bounded by its own budget, never waiting for a lock), else
-                # on a thread within ``db.within``, as the route: a read on SQLite's thread cannot be
-                # interrupted (a lock waits up to busy_timeout), so it is left to finish in the background
-                reads = state.sqlite_reads
-                # one turn of the loop first, as when every read went to a thread: without it the
-                # cold start's tail doubled (docs/performance.md, "Cold GET on SQLite")
-                await asyncio.sleep(0)
-                started = time.perf_counter()
-                rec = reads.inline(key=key, params=params.key, policy=policy)
-                if rec is None:  # the thread gets what the inline attempt left of the deadline
-                    left = deadline - (time.perf_counter() - started)
-                    rec = await within(left, reads.on_thread(key=key, params=params.key, policy=policy))
+                # on a thread within what is left of the deadline, as the route (sizing/inline.py)
+                rec = await state.sqlite_reads.recommend(key=key, params=params.key, policy=policy, deadline=deadline)
         except _FAULTS as exc:
             CACHE_MISS.inc()
             DEGRADED_ANSWERS.inc()

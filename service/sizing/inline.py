@@ -22,7 +22,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.db import is_memory_sqlite
+from service.db import is_memory_sqlite, within
 from service.keys import ScopeKey
 from service.sizing.params import SizingParams
 from service.sizing.service import Policy, Recommendation
@@ -206,12 +206,25 @@ class Reader:
         found = self._inline(key, params, policy)
         return None if found is None else finish(found, key=key, params=params, policy=policy)
 
-    async def recommend(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
-        """``sizing.service.recommend``: inline, else on a thread; faults are ``sqlite3.Error`` (a
-        database that cannot be opened, a lock past ``busy_timeout``, the reads closed under a request
-        at shutdown)."""
+    async def recommend(
+        self, *, key: ScopeKey, params: SizingParams, policy: Policy, deadline: float | None = None
+    ) -> Recommendation:
+        """``sizing.service.recommend``: inline, else on a thread within what the inline attempt left of
+        ``deadline`` seconds (``db.within``: a read on a thread cannot be interrupted, a lock waits up to
+        ``busy_timeout``, so it is left to finish in the background; None: no bound). Faults are
+        ``sqlite3.Error`` (a database that cannot be opened, a lock past ``busy_timeout``, the reads
+        closed under a request at shutdown) and ``TimeoutError`` past the deadline."""
+        # one turn of the loop first, as when every read went to a thread: without it the cold start's
+        # tail doubled (docs/performance.md, "Cold GET on SQLite")
+        await asyncio.sleep(0)
+        started = time.perf_counter()
         rec = self.inline(key=key, params=params, policy=policy)
-        return rec if rec is not None else await self.on_thread(key=key, params=params, policy=policy)
+        if rec is not None:
+            return rec
+        on_thread = self.on_thread(key=key, params=params, policy=policy)
+        if deadline is None:
+            return await on_thread
+        return await within(deadline - (time.perf_counter() - started), on_thread)
 
     async def on_thread(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
         """The answer read on a thread (where an inline read gave way)."""
@@ -245,14 +258,12 @@ class EngineReads:
     def prime(self) -> None:
         """Nothing: the engine's connections are opened by the app's warm-up."""
 
-    def inline(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation | None:
-        """None: the engine's connections are read on their threads (``recommend``)."""
-        return None
-
-    async def recommend(self, *, key: ScopeKey, params: SizingParams, policy: Policy) -> Recommendation:
-        return await recommend(engine=self.engine, key=key, params=params, policy=policy)
-
-    on_thread = recommend
+    async def recommend(
+        self, *, key: ScopeKey, params: SizingParams, policy: Policy, deadline: float | None = None
+    ) -> Recommendation:
+        """The answer read on an engine connection's thread, within ``deadline`` seconds as ``Reader``'s."""
+        work = recommend(engine=self.engine, key=key, params=params, policy=policy)
+        return await (work if deadline is None else within(deadline, work))
 
     async def close(self) -> None:
         """Nothing of its own: the engine is closed with the app."""
